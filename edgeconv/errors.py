@@ -1,0 +1,76 @@
+"""Errors that mean "the user gave edgeconv something wrong".
+
+Every subclass of :class:`EdgeconvError` is a user mistake: the CLI prints its
+message (one line per problem) and exits 2. Anything else that escapes is a bug:
+the CLI writes a traceback to a log file and exits 3.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+
+class EdgeconvError(Exception):
+    """A user mistake: bad config, model, data or file. Exit code 2."""
+
+    exit_code = 2
+
+
+class ConfigError(EdgeconvError):
+    """The pipeline file (or a target file) is invalid.
+
+    Carries every problem found, so that one run reports all of them.
+    """
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class ModelError(EdgeconvError):
+    """The model cannot be loaded, traced or frozen as configured."""
+
+
+class DataError(EdgeconvError):
+    """The calibration data does not fit the model or is unusable."""
+
+
+class ModelFileError(EdgeconvError):
+    """A .tflite file is missing, truncated or not a TFLite flatbuffer."""
+
+
+class OutputError(EdgeconvError):
+    """The output folder cannot be written safely."""
+
+
+class InternalError(Exception):
+    """A stage failed in a way that is edgeconv's (or its toolchain's) fault.
+
+    Not an :class:`EdgeconvError`: the CLI treats it as a bug (exit 3), but the
+    message names the stage so the user knows where it happened.
+    """
+
+    def __init__(self, stage: str, message: str, log: str = "") -> None:
+        self.stage = stage
+        self.log = log
+        super().__init__(f"stage '{stage}': {message}")
+
+
+def did_you_mean(value: str, allowed: Iterable[str]) -> str:
+    """Return "; did you mean 'x'?" for the closest allowed name, or ""."""
+    matches = difflib.get_close_matches(value, list(allowed), n=1, cutoff=0.6)
+    return f"; did you mean '{matches[0]}'?" if matches else ""
+
+
+def allowed_list(allowed: Iterable[str]) -> str:
+    return ", ".join(sorted(allowed))
+
+
+def rel(path: Path) -> str:
+    """A path as the user most likely typed it: relative to cwd when inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
