@@ -1,0 +1,141 @@
+"""Constraint kinds: the code behind target rules.
+
+A constraint is a small function ``(op, model, **params) -> (ok, detail)``. Its
+docstring, formatted with the rule's parameters, *is* the rule text shown in
+reports, ``edgeconv targets show`` and docs/SUPPORTED_OPS.md. ``detail`` says what
+was observed when the rule does not hold.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..converters.tflite_reader import OpInfo, TensorInfo, TensorType, TFLiteModel
+
+Check = tuple[bool, str]
+Constraint = Callable[..., Check]
+OK: Check = (True, "")
+
+CONSTRAINTS: dict[str, Constraint] = {}
+
+
+def constraint(fn: Constraint) -> Constraint:
+    CONSTRAINTS[fn.__name__] = fn
+    return fn
+
+
+def rule_text(fn: Constraint, params: dict[str, Any]) -> str:
+    doc = " ".join((inspect.getdoc(fn) or fn.__name__).split())
+    return doc.format(**{k: render_param(v) for k, v in params.items()})
+
+
+def render_param(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ", ".join(render_param(v) for v in value)
+    return str(value)
+
+
+def params_of(fn: Constraint) -> dict[str, inspect.Parameter]:
+    """The rule parameters a constraint takes (its keyword-only arguments)."""
+    return {name: p for name, p in inspect.signature(fn).parameters.items()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+def _tensors(op: OpInfo) -> list[TensorInfo]:
+    return [t for t in (*op.inputs, *op.outputs) if t is not None]
+
+
+@constraint
+def op_builtin(op: OpInfo, model: TFLiteModel) -> Check:
+    """The op is a TFLite builtin, not a custom op or a Flex (TensorFlow) op."""
+    if op.custom_code is None:
+        return OK
+    if op.custom_code.startswith("Flex"):
+        return False, (f"Flex op '{op.custom_code}': runs the TensorFlow op {op.custom_code[4:]} through "
+                       "the Select-TF-ops runtime, which edge runtimes do not ship")
+    return False, f"custom op '{op.custom_code}'"
+
+
+@constraint
+def op_listed(op: OpInfo, model: TFLiteModel) -> Check:
+    """The op type is in the target's table of supported ops."""
+    # The checker decides membership (it owns the table); this only gives the text.
+    return False, f"{op.label} is not in the table"
+
+
+def _spec_alternatives(spec: str) -> list[str]:
+    return spec.removesuffix("...").split("|")
+
+
+def dtype_matches(tensor: TensorInfo, spec: str, io_tensors: set[int]) -> bool:
+    for alt in _spec_alternatives(spec):
+        if alt == "any":
+            return True
+        if alt == "float32-io":
+            if tensor.dtype is TensorType.FLOAT32 and tensor.index in io_tensors:
+                return True
+        elif tensor.dtype.value == alt:
+            return True
+    return False
+
+
+def expand_spec(specs: Sequence[str], count: int) -> list[str]:
+    """Per-position specs for ``count`` tensors; a final ``x...`` repeats."""
+    out = list(specs)
+    if out and out[-1].endswith("..."):
+        last = out.pop()
+        while len(out) < count:
+            out.append(last)
+    return out
+
+
+@constraint
+def tensor_dtype(op: OpInfo, model: TFLiteModel, *, inputs: list[str], outputs: list[str]) -> Check:
+    """Input tensors have dtypes [{inputs}] and outputs [{outputs}], position by position
+    (a|b: either; x...: repeats; float32-io: float32 only where the tensor is a model input or
+    output)."""
+    io = model.io_tensors(op.subgraph)
+    problems = []
+    for kind, tensors, specs in (("input", op.inputs, inputs), ("output", op.outputs, outputs)):
+        expected = expand_spec(specs, len(tensors))
+        if len(tensors) > len(expected):
+            problems.append(f"{len(tensors)} {kind}s, expected at most {len(expected)}")
+        for i, (tensor, spec) in enumerate(zip(tensors, expected)):
+            if tensor is not None and not dtype_matches(tensor, spec, io):
+                where = "" if tensor.dtype is not TensorType.FLOAT32 or spec.startswith("float32") \
+                    else " (a float island inside the model)" if tensor.index not in io else ""
+                problems.append(f"{kind} {i} '{tensor.name}' is {tensor.dtype.value}, expected "
+                                f"{spec.removesuffix('...')}{where}")
+    return (not problems), "; ".join(problems)
+
+
+@constraint
+def shape_static(op: OpInfo, model: TFLiteModel) -> Check:
+    """Every input and output tensor has a static shape (no -1 in its shape signature)."""
+    dynamic = [f"'{t.name}' {list(t.shape_signature)}" for t in _tensors(op) if t.dynamic]
+    return (not dynamic), ("dynamic shape: " + ", ".join(dynamic)) if dynamic else ""
+
+
+@constraint
+def activation_per_tensor(op: OpInfo, model: TFLiteModel) -> Check:
+    """Activation tensors (8-bit, not constant) are quantized per tensor: one scale and one zero point."""
+    bad = [f"'{t.name}' has {len(t.quantization.scale)} scales" for t in _tensors(op)
+           if not t.constant and t.quantization is not None and t.quantization.per_axis
+           and t.dtype in (TensorType.INT8, TensorType.UINT8)]
+    return (not bad), "; ".join(bad)
+
+
+@constraint
+def output_quantization(op: OpInfo, model: TFLiteModel, *, scale: float, zero_point: int) -> Check:
+    """The int8 output has the fixed quantization scale {scale} and zero point {zero_point}."""
+    out = op.outputs[0] if op.outputs else None
+    if out is None or out.dtype is not TensorType.INT8:
+        return OK  # only the int8 form is fixed; a dtype problem is tensor_dtype's to report
+    q = out.quantization
+    if q is None:
+        return False, f"output '{out.name}' has no quantization parameters"
+    if abs(q.scale[0] - scale) > 1e-6 * scale or q.zero_point[0] != zero_point:
+        return False, f"output '{out.name}' has scale {q.scale[0]:.8g} and zero point {q.zero_point[0]}"
+    return OK

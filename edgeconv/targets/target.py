@@ -1,0 +1,264 @@
+"""Target files: what a target supports, as data, validated like the pipeline file.
+
+A target file (YAML, one per target) lists its sources, the rules every op must
+meet (``all_ops``), the supported-op table (``ops``: rules per op type) and notes
+that explain well-known unsupported ops. Each rule names a constraint kind from
+:mod:`edgeconv.targets.constraints` plus its parameters, the source of the fact,
+the status an op gets when it breaks the rule, and a fix hint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import inspect
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .. import _yaml
+from .._schema import Ctx
+from ..converters.tflite_reader import BUILTIN_OP_NAMES, TensorType
+from ..errors import ConfigError, allowed_list, did_you_mean, rel
+from .constraints import CONSTRAINTS, Constraint, params_of, rule_text
+
+TARGET_SCHEMA_VERSION = 1
+OP_NAMES = BUILTIN_OP_NAMES
+DTYPE_TOKENS = frozenset({t.value for t in TensorType} | {"any", "float32-io"})
+
+
+class OpStatus(enum.Enum):
+    SUPPORTED = "supported"
+    CPU_FALLBACK = "cpu_fallback"  # runs, but off the accelerator or off the optimized kernels
+    UNSUPPORTED = "unsupported"  # will not run
+
+    @property
+    def rank(self) -> int:
+        return {"supported": 0, "cpu_fallback": 1, "unsupported": 2}[self.value]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    id: str
+    check: str
+    params: Mapping[str, Any]
+    source: str
+    fix: str = ""
+    status: OpStatus = OpStatus.UNSUPPORTED
+
+    @property
+    def fn(self) -> Constraint:
+        return CONSTRAINTS[self.check]
+
+    @property
+    def text(self) -> str:
+        return rule_text(self.fn, dict(self.params))
+
+
+@dataclasses.dataclass(frozen=True)
+class OpEntry:
+    name: str  # op type, or "CUSTOM:<code>" for a specific custom op
+    source: str
+    rules: tuple[Rule, ...]
+    note: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class KnownOp:
+    """Why a well-known op type is not supported, and what to do about it."""
+
+    detail: str
+    fix: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    name: str
+    title: str
+    description: str
+    path: Path
+    sources: Mapping[str, str]
+    all_ops: tuple[Rule, ...]
+    ops: Mapping[str, OpEntry]
+    unlisted: Rule
+    notes: Mapping[str, KnownOp]
+
+    def entry_for(self, op_type: str, custom_code: str | None) -> OpEntry | None:
+        if custom_code is not None and f"{op_type}:{custom_code}" in self.ops:
+            return self.ops[f"{op_type}:{custom_code}"]
+        return self.ops.get(op_type)
+
+
+_TOP_KEYS = ("schema_version", "name", "title", "description", "sources", "unlisted", "notes", "all_ops", "ops")
+_RULE_KEYS = ("check", "id", "source", "fix", "status")
+_STATUS_NAMES = [s.value for s in OpStatus if s is not OpStatus.SUPPORTED]
+
+
+def load_target_file(path: Path, expected_name: str | None = None) -> Target:
+    """Parse and validate a target file; raise ConfigError listing every problem."""
+    node = _yaml.compose_file(path)
+    ctx = Ctx(rel(path), path.parent)
+    if not isinstance(node, yaml.MappingNode):
+        raise ConfigError([f"{ctx.file}:1: expected a mapping at the top level"])
+    top = _mapping(node, "", ctx, allowed=_TOP_KEYS, extra_prefix="x-")
+    for key in ("schema_version", "name", "title", "sources", "ops"):
+        if key not in top:
+            ctx.error(node, "top level", f"missing required key {key!r}")
+    if ctx.problems:
+        raise ConfigError(ctx.problems)
+    version = top["schema_version"]
+    if getattr(version, "value", None) != str(TARGET_SCHEMA_VERSION):
+        raise ConfigError([f"{ctx.file}:{_yaml.line_of(version)}: schema_version: unsupported target schema "
+                           f"version {getattr(version, 'value', '?')!r} (supported: {TARGET_SCHEMA_VERSION})"])
+    name = _scalar(top["name"], "name", ctx)
+    if expected_name is not None and name != expected_name:
+        ctx.error(top["name"], "name", f"{name!r} does not match the file name {expected_name!r}")
+    sources = {k: _scalar(v, f"sources.{k}", ctx) for k, v in _mapping(top["sources"], "sources", ctx).items()}
+    all_ops = tuple(_rules(top.get("all_ops"), "all_ops", sources, ctx))
+    ops: dict[str, OpEntry] = {}
+    for op_name, op_node in _mapping(top["ops"], "ops", ctx).items():
+        key = f"ops.{op_name}"
+        base = op_name.split(":", 1)[0]
+        if base not in OP_NAMES:
+            ctx.error(op_node, key, f"unknown TFLite op {base!r}{did_you_mean(base, OP_NAMES)}")
+            continue
+        fields = _mapping(op_node, key, ctx, allowed=("source", "rules", "note"))
+        source = _source(fields.get("source"), f"{key}.source", sources, ctx)
+        rules = tuple(dataclasses.replace(r, source=r.source or source)
+                      for r in _rules(fields.get("rules"), f"{key}.rules", sources, ctx))
+        ids = [r.id for r in (*all_ops, *rules)]
+        for dup in sorted({i for i in ids if ids.count(i) > 1}):
+            ctx.error(op_node, key, f"two rules with id {dup!r}; give one an explicit 'id'")
+        note = _scalar(fields["note"], f"{key}.note", ctx) if "note" in fields else ""
+        ops[op_name] = OpEntry(op_name, source, rules, note)
+    unlisted_node = top.get("unlisted")
+    unlisted = Rule("op_listed", "op_listed", {}, next(iter(sources), ""), "", OpStatus.UNSUPPORTED)
+    if unlisted_node is not None:
+        fields = _mapping(unlisted_node, "unlisted", ctx, allowed=("source", "fix", "status"))
+        unlisted = Rule("op_listed", "op_listed", {}, _source(fields.get("source"), "unlisted.source", sources, ctx),
+                        _scalar(fields["fix"], "unlisted.fix", ctx) if "fix" in fields else "",
+                        _status(fields.get("status"), "unlisted.status", ctx))
+    notes: dict[str, KnownOp] = {}
+    for op_name, note_node in _mapping(top.get("notes"), "notes", ctx).items():
+        fields = _mapping(note_node, f"notes.{op_name}", ctx, allowed=("detail", "fix"))
+        if op_name.split(":", 1)[0] not in OP_NAMES:
+            ctx.error(note_node, f"notes.{op_name}", f"unknown TFLite op {op_name!r}{did_you_mean(op_name, OP_NAMES)}")
+        notes[op_name] = KnownOp(_scalar(fields.get("detail"), f"notes.{op_name}.detail", ctx),
+                                 _scalar(fields["fix"], f"notes.{op_name}.fix", ctx) if "fix" in fields else "")
+    if ctx.problems:
+        raise ConfigError(ctx.problems)
+    return Target(name, _scalar(top["title"], "title", ctx),
+                  " ".join(_scalar(top["description"], "description", ctx).split()) if "description" in top else "",
+                  path, sources, all_ops, ops, unlisted, notes)
+
+
+def _mapping(node: yaml.Node | None, key: str, ctx: Ctx, allowed: tuple[str, ...] | None = None,
+             extra_prefix: str | None = None) -> dict[str, yaml.Node]:
+    if node is None or _yaml.is_null(node):
+        return {}
+    if not isinstance(node, yaml.MappingNode):
+        ctx.error(node, key, "expected a mapping")
+        return {}
+    out: dict[str, yaml.Node] = {}
+    for k, v in node.value:
+        name = str(k.value)
+        if name in out:
+            ctx.error(k, f"{key}.{name}" if key else name, "duplicate key")
+        elif allowed is not None and name not in allowed and not (extra_prefix and name.startswith(extra_prefix)):
+            ctx.error(k, key or "top level", f"unknown key {name!r} (allowed: {allowed_list(allowed)})"
+                      f"{did_you_mean(name, allowed)}")
+        elif not (extra_prefix and name.startswith(extra_prefix)):
+            out[name] = v
+    return out
+
+
+def _scalar(node: yaml.Node | None, key: str, ctx: Ctx) -> str:
+    if node is None:
+        ctx.error(None, key, "missing")
+        return ""
+    if not isinstance(node, yaml.ScalarNode) or _yaml.is_null(node) or not node.value:
+        ctx.error(node, key, "expected a non-empty text value")
+        return ""
+    return str(node.value)
+
+
+def _source(node: yaml.Node | None, key: str, sources: Mapping[str, str], ctx: Ctx) -> str:
+    if node is None:
+        ctx.error(None, key, "missing: every fact in a target file names its source")
+        return ""
+    value = _scalar(node, key, ctx)
+    if value and value not in sources:
+        ctx.error(node, key, f"unknown source {value!r} (defined: {allowed_list(sources)}){did_you_mean(value, sources)}")
+    return value
+
+
+def _status(node: yaml.Node | None, key: str, ctx: Ctx) -> OpStatus:
+    if node is None:
+        return OpStatus.UNSUPPORTED
+    value = _scalar(node, key, ctx)
+    if value not in _STATUS_NAMES:
+        ctx.error(node, key, f"unknown status {value!r} (allowed: {allowed_list(_STATUS_NAMES)})"
+                  f"{did_you_mean(value, _STATUS_NAMES)}")
+        return OpStatus.UNSUPPORTED
+    return OpStatus(value)
+
+
+def _rules(node: yaml.Node | None, key: str, sources: Mapping[str, str], ctx: Ctx) -> list[Rule]:
+    if node is None or _yaml.is_null(node):
+        return []
+    if not isinstance(node, yaml.SequenceNode):
+        ctx.error(node, key, "expected a list of rules")
+        return []
+    rules = []
+    for i, item in enumerate(node.value):
+        sub = f"{key}[{i}]"
+        fields = _mapping(item, sub, ctx)
+        check = _scalar(fields.get("check"), f"{sub}.check", ctx) if "check" in fields else ""
+        if not check:
+            ctx.error(item, sub, "missing required key 'check'")
+            continue
+        if check not in CONSTRAINTS:
+            ctx.error(fields["check"], f"{sub}.check", f"unknown constraint {check!r} "
+                      f"(allowed: {allowed_list(CONSTRAINTS)}){did_you_mean(check, CONSTRAINTS)}")
+            continue
+        wanted = params_of(CONSTRAINTS[check])
+        params: dict[str, Any] = {}
+        for name, value_node in fields.items():
+            if name in _RULE_KEYS:
+                continue
+            if name not in wanted:
+                allowed = [*_RULE_KEYS, *wanted]
+                ctx.error(value_node, sub, f"unknown key {name!r} for constraint {check!r} (allowed: "
+                          f"{allowed_list(allowed)}){did_you_mean(name, allowed)}")
+                continue
+            params[name] = _param(value_node, f"{sub}.{name}", wanted[name], ctx)
+        for name, p in wanted.items():
+            if name not in params and p.default is inspect.Parameter.empty:
+                ctx.error(item, sub, f"constraint {check!r} needs parameter {name!r}")
+        rule_id = _scalar(fields["id"], f"{sub}.id", ctx) if "id" in fields else check
+        fix = _scalar(fields["fix"], f"{sub}.fix", ctx) if "fix" in fields else ""
+        rules.append(Rule(rule_id, check, params, _source(fields.get("source"), f"{sub}.source", sources, ctx)
+                          if "source" in fields or key == "all_ops" else "", fix,
+                          _status(fields.get("status"), f"{sub}.status", ctx)))
+    return rules
+
+
+def _param(node: yaml.Node, key: str, param: inspect.Parameter, ctx: Ctx) -> Any:
+    value = yaml.safe_load(yaml.serialize(node))
+    annotation = str(param.annotation)
+    if "list[str]" in annotation:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return ctx.error(node, key, "expected a list of dtype specs")
+        for spec in value:
+            for alt in spec.removesuffix("...").split("|"):
+                if alt not in DTYPE_TOKENS:
+                    ctx.error(node, key, f"unknown dtype {alt!r} (allowed: {allowed_list(DTYPE_TOKENS)})"
+                              f"{did_you_mean(alt, DTYPE_TOKENS)}")
+        return value
+    if annotation in ("float", "int") and (not isinstance(value, (int, float)) or isinstance(value, bool)):
+        return ctx.error(node, key, f"expected a number, got {value!r}")
+    if annotation == "int" and not isinstance(value, int):
+        return ctx.error(node, key, f"expected an integer, got {value!r}")
+    return value
