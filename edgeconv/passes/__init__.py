@@ -1,0 +1,16 @@
+"""Graph cleanup passes, one per module, registered by name.
+
+The registry is the single list of passes: config validation, the JSON Schema and
+``edgeconv passes list`` take their names from it.
+"""
+
+from __future__ import annotations
+
+from .base import GraphPass, PassResult, Removal, Rewrite
+from .strip_training import StripTrainingPass
+
+PASSES: dict[str, type[GraphPass]] = {
+    cls.name: cls for cls in (StripTrainingPass,)
+}
+
+__all__ = ["PASSES", "GraphPass", "PassResult", "Removal", "Rewrite", "StripTrainingPass"]

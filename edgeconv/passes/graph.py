@@ -1,0 +1,152 @@
+"""Shared graph walking and editing for passes.
+
+Works on ``GraphDef`` protobufs by their fields (``node``, ``op``, ``input``) and
+imports no TensorFlow itself. Tensor names follow TF: ``node`` is output 0 of
+``node`` (same as ``node:0``), ``node:1`` output 1, ``^node`` a control input.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from ..ir import FrozenGraph, source_layers
+
+
+def node_of(tensor: str) -> str:
+    return tensor.lstrip("^").split(":")[0]
+
+
+def canonical(tensor: str) -> str:
+    """``node`` and ``node:0`` name the same tensor; use the short form."""
+    return tensor[:-2] if tensor.endswith(":0") else tensor
+
+
+def is_control(tensor: str) -> bool:
+    return tensor.startswith("^")
+
+
+class GraphEditor:
+    """A mutable copy of a frozen graph with the edits passes need.
+
+    Passes describe *what* to match and *what* to do; traversal and bookkeeping
+    (consumer lists, rerouting, pruning unreachable nodes) live here.
+    """
+
+    def __init__(self, graph: FrozenGraph) -> None:
+        self.graph = graph
+        self.graph_def = copy.deepcopy(graph.graph_def)
+        self.outputs = [canonical(o.tensor) for o in graph.outputs]
+        self._layers = graph.layer_names()
+
+    # -- queries ---------------------------------------------------------------
+    @property
+    def nodes(self) -> dict[str, Any]:
+        return {n.name: n for n in self.graph_def.node}
+
+    def data_inputs(self, node: Any) -> list[str]:
+        return [canonical(t) for t in node.input if not is_control(t)]
+
+    def consumers(self) -> dict[str, list[Any]]:
+        """Node name -> nodes that use one of its outputs (data or control)."""
+        table: dict[str, list[Any]] = {}
+        for node in self.graph_def.node:
+            for t in node.input:
+                table.setdefault(node_of(t), []).append(node)
+        return table
+
+    def layers_of(self, node_name: str) -> tuple[str, ...]:
+        return tuple(source_layers(node_name, self._layers))
+
+    def ancestors(self, start: Iterable[str], *, stop: Callable[[Any], bool] = lambda n: False) -> set[str]:
+        """Names of nodes the given tensors depend on through data inputs (inclusive)."""
+        nodes = self.nodes
+        seen: set[str] = set()
+        todo = [node_of(t) for t in start]
+        while todo:
+            name = todo.pop()
+            if name in seen or name not in nodes:
+                continue
+            seen.add(name)
+            if stop(nodes[name]):
+                continue
+            todo.extend(node_of(t) for t in self.data_inputs(nodes[name]))
+        return seen
+
+    def depends_on_inputs(self) -> set[str]:
+        """Nodes whose value depends on a model input (the data path)."""
+        inputs = {i.node for i in self.graph.inputs}
+        order = self.topological()
+        live: set[str] = set()
+        for node in order:
+            if node.name in inputs or any(node_of(t) in live for t in self.data_inputs(node)):
+                live.add(node.name)
+        return live
+
+    def topological(self) -> list[Any]:
+        nodes = self.nodes
+        done: set[str] = set()
+        out: list[Any] = []
+        for root in self.graph_def.node:
+            stack: list[tuple[Any, Iterator[str]]] = [(root, iter(root.input))]
+            if root.name in done:
+                continue
+            done.add(root.name)
+            while stack:
+                node, it = stack[-1]
+                nxt = next(it, None)
+                if nxt is None:
+                    stack.pop()
+                    out.append(node)
+                    continue
+                dep = node_of(nxt)
+                if dep in nodes and dep not in done:
+                    done.add(dep)
+                    stack.append((nodes[dep], iter(nodes[dep].input)))
+        return out
+
+    # -- edits -----------------------------------------------------------------
+    def reroute(self, old: str, new: str) -> None:
+        """Make every use of tensor ``old`` use tensor ``new`` instead."""
+        old, new = canonical(old), canonical(new)
+        for node in self.graph_def.node:
+            for i, t in enumerate(node.input):
+                if not is_control(t) and canonical(t) == old:
+                    node.input[i] = new
+        self.outputs = [new if o == old else o for o in self.outputs]
+
+    def drop_control_inputs(self, to: Callable[[Any], bool]) -> None:
+        """Remove control edges that point at nodes matching ``to``."""
+        nodes = self.nodes
+        for node in self.graph_def.node:
+            keep = [t for t in node.input
+                    if not (is_control(t) and node_of(t) in nodes and to(nodes[node_of(t)]))]
+            if len(keep) != len(node.input):
+                del node.input[:]
+                node.input.extend(keep)
+
+    def prune(self) -> list[Any]:
+        """Remove every node the outputs do not need; return the removed nodes.
+
+        Model input placeholders are kept even when unused, so the signature stays.
+        """
+        needed = {i.node for i in self.graph.inputs}
+        nodes = self.nodes
+        todo = [node_of(o) for o in self.outputs]
+        while todo:
+            name = todo.pop()
+            if name in needed or name not in nodes:
+                continue
+            needed.add(name)
+            todo.extend(node_of(t) for t in nodes[name].input)
+        removed = [n for n in self.graph_def.node if n.name not in needed]
+        kept = [n for n in self.graph_def.node if n.name in needed]
+        del self.graph_def.node[:]
+        self.graph_def.node.extend(kept)
+        return removed
+
+    def finish(self) -> FrozenGraph:
+        outputs = tuple(o.__class__(o.name, tensor if ":" in tensor else f"{tensor}:0", o.shape, o.dtype)
+                        for o, tensor in zip(self.graph.outputs, self.outputs))
+        return self.graph.replace(graph_def=self.graph_def, outputs=outputs)
