@@ -1,0 +1,64 @@
+"""Child process of tflite_export: runs the TFLite converter on a prepared job folder.
+
+Exit 0: ``model.tflite`` written. Exit 2: the converter raised; ``error.json`` says
+why. Anything else (a crash, a signal) is reported by the parent as an internal error.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+_NOISE = re.compile(r"^(W|I)\d{4} |^WARNING: All log messages|^loc\(|^\s*$")
+
+
+def _summary(message: str) -> str:
+    """The converter's message without MLIR location noise, on one line."""
+    lines = [ln.strip() for ln in message.splitlines() if not _NOISE.match(ln)]
+    text = " ".join(lines)
+    return text[:1500] + (" ..." if len(text) > 1500 else "")
+
+
+def convert(job_dir: Path) -> int:
+    from edgeconv._tf import import_tf
+
+    tf = import_tf()
+    job = json.loads((job_dir / "job.json").read_text())
+    data = np.load(job_dir / "calibration.npz")
+    names: list[str] = job["inputs"]
+    batch: int = job["batch_size"]
+    count = len(data[names[0]])
+
+    def representative() -> Any:
+        for i in range(0, count, batch):
+            yield {name: data[name][i:i + batch] for name in names}
+
+    types = {"int8": tf.int8, "uint8": tf.uint8}
+    converter = tf.lite.TFLiteConverter.from_saved_model(str(job_dir / "saved_model"),
+                                                         signature_keys=["serving_default"])
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = representative
+    # Int8 builtins only; a TF op with no builtin becomes a Flex op, which the target checks
+    # then name (a converter error would not say which layer it came from).
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8, tf.lite.OpsSet.SELECT_TF_OPS]
+    converter.inference_input_type = types[job["input_type"]]
+    converter.inference_output_type = types[job["output_type"]]
+    converter.exclude_conversion_metadata = True  # no environment details: same input, same bytes
+    if not job["per_channel"]:
+        converter._experimental_disable_per_channel = True
+    try:
+        model = converter.convert()
+    except Exception as exc:  # the converter's errors are many types; all mean "rejected"
+        (job_dir / "error.json").write_text(json.dumps({"type": type(exc).__name__, "message": _summary(str(exc))}))
+        return 2
+    (job_dir / "model.tflite").write_bytes(model)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(convert(Path(sys.argv[1])))

@@ -1,0 +1,81 @@
+"""Convert a frozen graph to a full-integer INT8 .tflite with the TFLite converter.
+
+The converter runs in a child process (``_tflite_worker``): on real models it can
+abort or segfault (Keras 3 LSTM to full int8 does in TF 2.21), and that must end
+as a clear error naming the stage, not as a dead tool.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .._tf import quiet_tf_env
+from ..calibration.checks import CalibrationSet
+from ..errors import InternalError, ModelError
+from ..ir import FrozenGraph
+from .tf_graph import save_serving_model
+
+WORKER = "edgeconv.converters._tflite_worker"
+EXIT_CONVERTER_ERROR = 2  # the worker's exit code when the converter rejected the model
+_LOG_TAIL = 40
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportOptions:
+    input_type: str  # "int8" | "uint8"
+    output_type: str
+    per_channel: bool
+    batch_size: int
+    timeout_s: float = 1800.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Exported:
+    tflite: bytes
+    log: str  # the converter's own output, for the log file
+
+
+def tflite_from_graph(graph: FrozenGraph, calibration: CalibrationSet, options: ExportOptions,
+                      workdir: Path) -> Exported:
+    """Quantize ``graph`` to INT8, calibrated on exactly ``calibration``'s samples."""
+    save_serving_model(graph, workdir / "saved_model")
+    np.savez(workdir / "calibration.npz", **{k: np.asarray(v) for k, v in calibration.arrays.items()})
+    job = {
+        "inputs": [i.name for i in graph.inputs],
+        "batch_size": options.batch_size,
+        "input_type": options.input_type,
+        "output_type": options.output_type,
+        "per_channel": options.per_channel,
+    }
+    (workdir / "job.json").write_text(json.dumps(job))
+    env = dict(os.environ)
+    quiet_tf_env(env)
+    try:
+        proc = subprocess.run([sys.executable, "-m", WORKER, str(workdir)], capture_output=True, text=True,
+                              env=env, timeout=options.timeout_s)
+    except subprocess.TimeoutExpired:
+        raise InternalError("convert", f"the TFLite converter did not finish within {options.timeout_s:.0f} s") from None
+    log = proc.stdout + proc.stderr
+    if proc.returncode == 0:
+        return Exported((workdir / "model.tflite").read_bytes(), log)
+    if proc.returncode == EXIT_CONVERTER_ERROR and (workdir / "error.json").exists():
+        error = json.loads((workdir / "error.json").read_text())
+        raise ModelError(f"the TFLite converter rejected the model ({error['type']}): {error['message']}")
+    if proc.returncode < 0:
+        name = signal.Signals(-proc.returncode).name
+        raise InternalError("convert", f"the TFLite converter crashed ({name}) while converting the model",
+                            log=_tail(log))
+    raise InternalError("convert", f"the converter process failed with exit code {proc.returncode}",
+                        log=_tail(log))
+
+
+def _tail(log: str) -> str:
+    return "\n".join(log.splitlines()[-_LOG_TAIL:])
