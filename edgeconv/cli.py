@@ -1,0 +1,188 @@
+"""Command line: parse arguments, call the library, map outcomes to exit codes.
+
+Exit codes: 0 every target and gate passes; 1 built/checked but a target or gate
+fails; 2 a user mistake (config, model, data, file), one clear message; 3 an
+internal error, with a traceback in a log file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+from ._version import __version__
+from .errors import EdgeconvError, InternalError, rel
+
+EXIT_OK, EXIT_GATE, EXIT_USER, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="edgeconv",
+        description="Convert TensorFlow/Keras models to gated INT8 .tflite for edge targets.",
+        epilog="Exit codes: 0 pass, 1 a target or gate fails, 2 usage/config/model/data error, 3 internal error.")
+    parser.add_argument("--version", action="version", version=f"edgeconv {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    b = sub.add_parser("build", help="run a pipeline: convert, quantize, check, write the output folder")
+    b.add_argument("pipeline", type=Path, help="pipeline file (pipeline.yaml)")
+    b.add_argument("--out", type=Path, help="output folder (default: output.dir of the pipeline)")
+    b.add_argument("-q", "--quiet", action="store_true", help="print only the result")
+
+    v = sub.add_parser("validate", help="validate a pipeline file (no TensorFlow needed)")
+    v.add_argument("pipeline", type=Path)
+
+    c = sub.add_parser("check", help="check a .tflite against targets (no TensorFlow needed)")
+    c.add_argument("model", type=Path, help=".tflite file")
+    c.add_argument("--target", action="append", dest="targets", metavar="NAME",
+                   help="target name (repeatable; default generic-int8)")
+    c.add_argument("--format", choices=("text", "json", "md"), default="text")
+
+    t = sub.add_parser("targets", help="list the built-in targets or show one target's rules")
+    tsub = t.add_subparsers(dest="action", required=True)
+    tsub.add_parser("list", help="list built-in targets")
+    show = tsub.add_parser("show", help="print a target's rules as text")
+    show.add_argument("name")
+
+    p = sub.add_parser("passes", help="list the graph passes")
+    p.add_subparsers(dest="action", required=True).add_parser("list", help="list passes")
+
+    s = sub.add_parser("schema", help="print the JSON Schema of the pipeline file or the report")
+    s.add_argument("which", choices=("pipeline", "report"))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    crash_dir: Path | None = None
+    try:
+        if args.command == "build":
+            from .config import load_pipeline
+
+            config = load_pipeline(args.pipeline)
+            crash_dir = args.out.resolve() if args.out else config.output_dir
+            return _build(config, args)
+        if args.command == "validate":
+            return _validate(args.pipeline)
+        if args.command == "check":
+            return _check(args.model, args.targets or ["generic-int8"], args.format)
+        if args.command == "targets":
+            return _targets(args)
+        if args.command == "passes":
+            from .passes import PASSES
+
+            for name, cls in sorted(PASSES.items()):
+                print(f"{name}: {cls.summary}")
+            return EXIT_OK
+        if args.command == "schema":
+            return _schema(args.which)
+        raise AssertionError(args.command)
+    except EdgeconvError as exc:
+        for line in str(exc).splitlines():
+            print(f"edgeconv: error: {line}", file=sys.stderr)
+        return EXIT_USER
+    except KeyboardInterrupt:
+        print("edgeconv: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # a bug, or the toolchain failing: traceback to a log
+        return _crash(exc, crash_dir)
+
+
+def _crash(exc: Exception, out_dir: Path | None) -> int:
+    from .output import write_crash_log
+
+    text = (f"edgeconv {__version__}, Python {platform.python_version()}, {platform.platform()}\n"
+            f"argv: {sys.argv}\n\n" + "".join(traceback.format_exception(exc)))
+    if isinstance(exc, InternalError) and exc.log:
+        text += f"\n--- output of the failing stage ---\n{exc.log}\n"
+    path = write_crash_log(out_dir, text) if out_dir is not None else None
+    if path is None:
+        import tempfile
+
+        handle = tempfile.NamedTemporaryFile("w", prefix="edgeconv-crash-", suffix=".log", delete=False)
+        with handle:
+            handle.write(text)
+        path = Path(handle.name)
+    what = str(exc) if isinstance(exc, InternalError) else f"{type(exc).__name__}: {exc}"
+    print(f"edgeconv: internal error: {what}", file=sys.stderr)
+    print(f"edgeconv: traceback written to {rel(path)}; please report it", file=sys.stderr)
+    return EXIT_INTERNAL
+
+
+def _build(config: object, args: argparse.Namespace) -> int:
+    from .pipeline import build
+
+    if not args.quiet:
+        logging.basicConfig(level=logging.INFO, format="edgeconv: %(message)s", stream=sys.stderr)
+    result = build(config, out=args.out)  # type: ignore[arg-type]
+    for t in result.report["targets"]:
+        c = t["counts"]
+        print(f"{t['name']}: {t['verdict'].upper()} ({c['supported']} supported, {c['cpu_fallback']} cpu_fallback, "
+              f"{c['unsupported']} unsupported)")
+    gate = result.report["gate"]
+    for reason in gate["reasons"]:
+        print(f"  - {reason}")
+    print(f"gate: {gate['verdict'].upper()}; model {rel(result.tflite_path)}, report "
+          f"{rel(result.output_dir / 'report.md')}")
+    return EXIT_OK if result.passed else EXIT_GATE
+
+
+def _validate(path: Path) -> int:
+    from .config import load_pipeline
+
+    config = load_pipeline(path)
+    print(f"{rel(path)}: valid (model {rel(config.model.path)}, targets {', '.join(config.targets)}, "
+          f"passes {', '.join(p.name for p in config.passes)})")
+    return EXIT_OK
+
+
+def _check(model: Path, targets: list[str], fmt: str) -> int:
+    from .pipeline import check
+    from .report import targets_markdown
+
+    result = check(model, targets)
+    data = result.to_json()
+    if fmt == "json":
+        print(json.dumps(data, indent=2))
+    elif fmt == "md":
+        print("\n".join([f"# edgeconv check: {rel(model)}", ""] + targets_markdown(data)))
+    else:
+        for t in data:
+            c = t["counts"]
+            print(f"{t['name']}: {t['verdict'].upper()} ({c['supported']} supported, {c['cpu_fallback']} "
+                  f"cpu_fallback, {c['unsupported']} unsupported)")
+            for op in t["ops"]:
+                for v in op["violations"]:
+                    print(f"  #{op['index']} {op['type']} [{v['status']}] {v['rule']}: {v['detail']}")
+    return EXIT_OK if result.passed else EXIT_GATE
+
+
+def _targets(args: argparse.Namespace) -> int:
+    from .targets import builtin_target_names, load_target
+
+    if args.action == "list":
+        for name in builtin_target_names():
+            print(f"{name}: {load_target(name).title}")
+        return EXIT_OK
+    from .targets.describe import describe
+
+    print(describe(load_target(args.name)))
+    return EXIT_OK
+
+
+def _schema(which: str) -> int:
+    if which == "pipeline":
+        from .config import pipeline_json_schema_text
+
+        print(pipeline_json_schema_text(), end="")
+    else:
+        from .report import SCHEMA_PATH
+
+        print(SCHEMA_PATH.read_text(), end="")
+    return EXIT_OK

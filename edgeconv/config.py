@@ -1,0 +1,310 @@
+"""The pipeline file: its schema (frozen dataclasses), loader and checks.
+
+Nothing here imports TensorFlow: ``edgeconv validate`` and the first stage of
+``edgeconv build`` run in well under a second.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import _yaml
+from ._schema import INVALID, Ctx, dump_value, json_schema_of, parse_dataclass, relpath, setting
+from .calibration import SOURCES
+from .errors import ConfigError, allowed_list, did_you_mean, rel
+from .passes import PASSES, GraphPass
+from .targets import builtin_target_names
+
+SCHEMA_VERSION = 1
+
+
+class ModelFormat(enum.Enum):
+    AUTO = "auto"
+    KERAS = "keras"
+
+
+class QuantMode(enum.Enum):
+    INT8 = "int8"
+
+
+class IOType(enum.Enum):
+    INT8 = "int8"
+    UINT8 = "uint8"
+
+
+MODEL_SUFFIXES = {".keras": ModelFormat.KERAS}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """The model to convert."""
+
+    path: Path = setting("Model file, relative to the pipeline file (.keras).", must_exist=True)
+    format: ModelFormat = setting("Model format; 'auto' picks it from the file suffix.",
+                                  default=ModelFormat.AUTO)
+    batch_size: int = setting("Batch size the model is traced with (the batch dimension is fixed).",
+                              default=1, minimum=1)
+    input_shapes: Mapping[str, tuple[int, ...]] = setting(
+        "Full static shape per model input name, batch included, to pin dimensions the model leaves "
+        "open (None). Inputs not listed get batch_size as their batch and must have no other open "
+        "dimension.", factory=dict)
+    custom_modules: tuple[str, ...] = setting(
+        "Python modules to import before loading, so custom Keras classes (registered with "
+        "@keras.saving.register_keras_serializable) are found; looked up next to the pipeline file.",
+        factory=tuple)
+
+    def resolved_format(self) -> ModelFormat:
+        if self.format is not ModelFormat.AUTO:
+            return self.format
+        return MODEL_SUFFIXES[self.path.suffix.lower()]
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibrationConfig:
+    """Representative data for INT8 calibration, keyed by model input name."""
+
+    path: Path = setting("Calibration data file, relative to the pipeline file.", must_exist=True)
+    source: str | None = setting("Data source kind; by default picked from the file suffix.",
+                                 default=None, choices=lambda: SOURCES)
+    samples: int = setting("Number of samples drawn (without replacement) from the file.",
+                           default=200, minimum=1)
+    seed: int = setting("Seed of the sample draw, so a build is reproducible.", default=0, minimum=0)
+
+    def resolved_source(self) -> str:
+        if self.source is not None:
+            return self.source
+        for name, cls in SOURCES.items():
+            if self.path.suffix.lower() in cls.suffixes:
+                return name
+        raise AssertionError("checked in load_pipeline")
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizationConfig:
+    """How the model is quantized."""
+
+    mode: QuantMode = setting("Quantization mode: full-integer int8 (weights and activations).",
+                              default=QuantMode.INT8)
+    input_type: IOType = setting("dtype of the model inputs in the .tflite.", default=IOType.INT8)
+    output_type: IOType = setting("dtype of the model outputs in the .tflite.", default=IOType.INT8)
+    per_channel: bool = setting("Per-channel (per-axis) weight quantization for conv/FC weights; "
+                                "false gives per-tensor weights.", default=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyConfig:
+    """Numerical checks run during the build."""
+
+    pass_tolerance: float = setting(
+        "Largest absolute output difference allowed between the model in inference mode and the "
+        "graph after the passes.", default=1e-5, minimum=0.0)
+    pass_samples: int = setting("Calibration samples used to compare the graph before and after "
+                                "the passes.", default=8, minimum=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputConfig:
+    """Where the artifacts go."""
+
+    dir: Path | None = setting("Output folder, relative to the pipeline file; default build/<name>.",
+                               default=None)
+
+
+def _parse_passes(node: yaml.Node, key: str, ctx: Ctx) -> Any:
+    if not isinstance(node, yaml.SequenceNode):
+        return ctx.error(node, key, "expected a list of pass names or {name: ..., options} mappings")
+    out: list[GraphPass] = []
+    for i, item in enumerate(node.value):
+        sub = f"{key}[{i}]"
+        if isinstance(item, yaml.ScalarNode):
+            name, options = item.value, None
+        elif isinstance(item, yaml.MappingNode):
+            entries = {str(k.value): (k, v) for k, v in item.value}
+            if "name" not in entries:
+                ctx.error(item, sub, "missing required key 'name'")
+                continue
+            name = str(entries["name"][1].value)
+            options = yaml.MappingNode(item.tag, [kv for kv in item.value if kv[0].value != "name"],
+                                       start_mark=item.start_mark, end_mark=item.end_mark)
+        else:
+            ctx.error(item, sub, "expected a pass name or a mapping")
+            continue
+        if name not in PASSES:
+            ctx.error(item, sub, f"unknown pass {name!r} (allowed: {allowed_list(PASSES)})"
+                      f"{did_you_mean(name, PASSES)}")
+            continue
+        if options is None:
+            out.append(PASSES[name]())
+            continue
+        parsed = parse_dataclass(PASSES[name], options, sub, ctx)
+        if parsed is not INVALID:
+            out.append(parsed)
+    names = [p.name for p in out]
+    for dup in sorted({n for n in names if names.count(n) > 1}):
+        ctx.error(node, key, f"pass {dup!r} is listed more than once")
+    return tuple(out) if len(out) == len(node.value) else INVALID
+
+
+def _passes_schema() -> dict[str, Any]:
+    variants: list[dict[str, Any]] = [{"enum": sorted(PASSES)}]
+    for name, cls in sorted(PASSES.items()):
+        schema = json_schema_of(cls)
+        schema["properties"] = {"name": {"const": name}, **schema["properties"]}
+        schema["required"] = ["name", *schema.get("required", [])]
+        variants.append(schema)
+    return {"type": "array", "items": {"anyOf": variants}}
+
+
+def _dump_passes(passes: tuple[GraphPass, ...], base_dir: Path) -> Any:
+    return [{"name": p.name, **dump_value(p, base_dir)} for p in passes]
+
+
+def _parse_targets(node: yaml.Node, key: str, ctx: Ctx) -> Any:
+    if not isinstance(node, yaml.SequenceNode) or not node.value:
+        return ctx.error(node, key, "expected a non-empty list of target names")
+    names = builtin_target_names()
+    out = []
+    for i, item in enumerate(node.value):
+        value = item.value if isinstance(item, yaml.ScalarNode) else None
+        if value not in names:
+            shown = repr(value) if value is not None else "a non-name value"
+            ctx.error(item, f"{key}[{i}]", f"unknown target {shown} (allowed: {allowed_list(names)})"
+                      f"{did_you_mean(str(value), names)}")
+            continue
+        if value in out:
+            ctx.error(item, f"{key}[{i}]", f"target {value!r} is listed more than once")
+            continue
+        out.append(value)
+    return tuple(out) if len(out) == len(node.value) else INVALID
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineConfig:
+    """An edgeconv pipeline: model -> passes -> calibrated INT8 .tflite -> target checks."""
+
+    version: int = setting(f"Pipeline schema version; must be {SCHEMA_VERSION}.")
+    model: ModelConfig = setting("The model to convert.")
+    calibration: CalibrationConfig = setting("Representative data for calibration.")
+    name: str | None = setting("Name of the build; names the .tflite. Default: the model file stem.",
+                               default=None)
+    passes: tuple[GraphPass, ...] = setting(
+        "Graph cleanup passes, in order.", factory=lambda: (PASSES["strip-training"](),),
+        parse=_parse_passes, json_schema=_passes_schema, dump=_dump_passes)
+    quantization: QuantizationConfig = setting("Quantization settings.", factory=QuantizationConfig)
+    targets: tuple[str, ...] = setting(
+        "Targets the .tflite is checked against; the build fails when one fails.",
+        factory=lambda: ("generic-int8",), parse=_parse_targets,
+        json_schema=lambda: {"type": "array", "minItems": 1, "uniqueItems": True,
+                             "items": {"enum": sorted(builtin_target_names())}})
+    verify: VerifyConfig = setting("Numerical checks.", factory=VerifyConfig)
+    output: OutputConfig = setting("Output settings.", factory=OutputConfig)
+    # Derived, not settable: where the pipeline file is.
+    source: Path = dataclasses.field(default=Path("pipeline.yaml"), init=False, compare=False)
+
+    @property
+    def build_name(self) -> str:
+        return self.name or self.model.path.stem
+
+    @property
+    def output_dir(self) -> Path:
+        if self.output.dir is not None:
+            return self.output.dir
+        return self.source.parent / "build" / self.build_name
+
+
+def load_pipeline(path: str | Path) -> PipelineConfig:
+    """Read and validate a pipeline file; raise ConfigError listing every problem."""
+    path = Path(path)
+    node = _yaml.compose_file(path)
+    ctx = Ctx(rel(path), path.resolve().parent)
+    if isinstance(node, yaml.MappingNode):
+        version = next((v for k, v in node.value if k.value == "version"), None)
+        if version is not None and not (isinstance(version, yaml.ScalarNode) and version.value == str(SCHEMA_VERSION)):
+            shown = version.value if isinstance(version, yaml.ScalarNode) else "a non-scalar"
+            raise ConfigError([f"{ctx.file}:{_yaml.line_of(version)}: version: unsupported pipeline "
+                               f"schema version {shown!r} (supported: {SCHEMA_VERSION})"])
+    config = parse_dataclass(PipelineConfig, node, "", ctx)
+    if config is not INVALID:
+        _check_semantics(config, node, ctx)
+    if ctx.problems:
+        raise ConfigError(ctx.problems)
+    object.__setattr__(config, "source", path.resolve())
+    return config  # type: ignore[no-any-return]
+
+
+def _node_at(node: yaml.Node, *keys: str) -> yaml.Node:
+    for key in keys:
+        if not isinstance(node, yaml.MappingNode):
+            break
+        found = next((v for k, v in node.value if k.value == key), None)
+        if found is None:
+            break
+        node = found
+    return node
+
+
+def _check_semantics(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
+    """Checks that involve more than one field or the file system."""
+    model = config.model
+    if model.format is ModelFormat.AUTO and model.path.suffix.lower() not in MODEL_SUFFIXES:
+        ctx.error(_node_at(root, "model", "path"), "model.path",
+                  f"cannot tell the model format from suffix {model.path.suffix or '(none)'!r} "
+                  f"(known: {allowed_list(MODEL_SUFFIXES)}); set model.format")
+    if model.path.is_dir() and model.resolved_format() is ModelFormat.KERAS:
+        ctx.error(_node_at(root, "model", "path"), "model.path",
+                  f"{relpath(model.path, ctx.base_dir)!r} is a directory; a .keras model is a file")
+    for name, shape in model.input_shapes.items():
+        if not shape or any(d < 1 for d in shape):
+            ctx.error(_node_at(root, "model", "input_shapes", name), f"model.input_shapes.{name}",
+                      f"expected a non-empty list of dimensions >= 1, got {list(shape)}")
+    cal = config.calibration
+    if cal.source is None and not any(cal.path.suffix.lower() in s.suffixes for s in SOURCES.values()):
+        known = sorted(x for s in SOURCES.values() for x in s.suffixes)
+        ctx.error(_node_at(root, "calibration", "path"), "calibration.path",
+                  f"cannot tell the data source from suffix {cal.path.suffix or '(none)'!r} "
+                  f"(known: {', '.join(known)}); set calibration.source")
+    if cal.samples % model.batch_size:
+        ctx.error(_node_at(root, "calibration", "samples"), "calibration.samples",
+                  f"{cal.samples} is not a multiple of model.batch_size ({model.batch_size}); each "
+                  "calibration step feeds one full batch")
+    if config.verify.pass_samples > cal.samples:
+        ctx.error(_node_at(root, "verify", "pass_samples"), "verify.pass_samples",
+                  f"{config.verify.pass_samples} is more than calibration.samples ({cal.samples})")
+    out = config.output.dir
+    if out is not None and out.exists() and not out.is_dir():
+        ctx.error(_node_at(root, "output", "dir"), "output.dir", f"{str(out)!r} exists and is not a folder")
+
+
+def resolved_yaml(config: PipelineConfig, base_dir: Path) -> str:
+    """The pipeline with every default filled in; paths relative to ``base_dir``.
+
+    Written next to the built model, so that it can be rebuilt from there.
+    """
+    data = dump_value(config, base_dir)
+    data["name"] = config.build_name
+    data["calibration"]["source"] = config.calibration.resolved_source()
+    data["model"]["format"] = config.model.resolved_format().value
+    data["output"]["dir"] = "."
+    header = f"# Resolved by edgeconv from {config.source.name}: every setting, defaults included.\n"
+    return header + _yaml.dump(data)
+
+
+def pipeline_json_schema() -> dict[str, Any]:
+    schema = json_schema_of(PipelineConfig)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://github.com/edgeconv/edgeconv/schemas/pipeline.schema.json",
+        "title": "edgeconv pipeline",
+        **schema,
+    }
+
+
+def pipeline_json_schema_text() -> str:
+    return json.dumps(pipeline_json_schema(), indent=2, sort_keys=False) + "\n"

@@ -1,0 +1,212 @@
+"""``build()`` and ``check()``: the library behind ``edgeconv build`` and ``edgeconv check``."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import math
+import os
+import platform
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import output, report
+from ._version import __version__
+from .calibration import SOURCES
+from .calibration.checks import CalibrationSet, check_file_arrays, file_sha256, match_signature, select
+from .config import PipelineConfig, load_pipeline, resolved_yaml
+from .converters.tflite_reader import TFLiteModel, parse_tflite, read_tflite
+from .errors import rel
+from .ir import FrozenGraph
+from .passes import PassResult
+from .targets import load_target
+from .targets.checker import TargetResult, Verdict, check_model
+from .targets.target import Target
+
+log = logging.getLogger("edgeconv")
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildResult:
+    config: PipelineConfig
+    output_dir: Path
+    tflite_path: Path
+    report: dict[str, Any]
+    targets: tuple[TargetResult, ...]
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.report["gate"]["verdict"] == "pass")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    model: TFLiteModel
+    targets: tuple[TargetResult, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(t.verdict is Verdict.PASS for t in self.targets)
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return report.targets_json(self.targets)
+
+
+def check(model_path: str | Path, targets: Sequence[str] = ("generic-int8",)) -> CheckResult:
+    """Check a .tflite file against targets. No TensorFlow involved."""
+    loaded = [load_target(name) for name in targets]
+    model = read_tflite(model_path)
+    return CheckResult(model, tuple(check_model(model, t) for t in loaded))
+
+
+def _toolchain() -> dict[str, str]:
+    import importlib.metadata as md
+
+    versions = {"python": platform.python_version(), "edgeconv": __version__}
+    for name, dist in (("tensorflow", "tensorflow"), ("tensorflow", "tensorflow-cpu"), ("keras", "keras"),
+                       ("ai_edge_litert", "ai-edge-litert"), ("numpy", "numpy")):
+        try:
+            versions.setdefault(name, md.version(dist))
+        except md.PackageNotFoundError:
+            pass
+    return versions
+
+
+def _equivalence(reference: Any, graph: FrozenGraph, calib: CalibrationSet, batch_size: int, samples: int,
+                 tolerance: float) -> dict[str, Any]:
+    """Outputs of the model in inference mode vs the cleaned graph on the first calibration samples."""
+    from .converters.tf_graph import concrete_function, run_graph
+
+    fn = concrete_function(graph)
+    steps = calib.batches(batch_size)[: math.ceil(samples / batch_size)]
+    worst: dict[str, float] = {o.name: 0.0 for o in graph.outputs}
+    for feeds in steps:
+        want = reference(feeds)
+        got = run_graph(graph, feeds, fn)
+        for name in worst:
+            diff = float(np.max(np.abs(want[name].astype(np.float64) - got[name].astype(np.float64))))
+            worst[name] = max(worst[name], diff if math.isfinite(diff) else math.inf)
+    max_diff = max(worst.values(), default=0.0)
+    return {"samples": len(steps) * batch_size, "tolerance": tolerance, "max_abs_diff": max_diff,
+            "per_output": worst, "passed": max_diff <= tolerance}
+
+
+def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = None) -> BuildResult:
+    """Run the pipeline: load, clean, prove, quantize, check, and write the output folder.
+
+    Raises EdgeconvError for user mistakes (nothing is written), InternalError for
+    failures of the toolchain. A build whose targets fail still writes its
+    artifacts; ``BuildResult.passed`` is False.
+    """
+    config = pipeline if isinstance(pipeline, PipelineConfig) else load_pipeline(pipeline)
+    out_dir = Path(out).resolve() if out is not None else config.output_dir
+    output.check_writable(out_dir)
+    targets: list[Target] = [load_target(name) for name in config.targets]
+
+    cal_cfg = config.calibration
+    log.info("reading calibration data %s", rel(cal_cfg.path))
+    arrays = SOURCES[cal_cfg.resolved_source()]().read(cal_cfg.path)
+    check_file_arrays(arrays, cal_cfg.path)
+
+    log.info("loading %s and tracing it with training=False", rel(config.model.path))
+    from .converters.keras_loader import graph_from_keras
+
+    loaded = graph_from_keras(config.model.path, batch_size=config.model.batch_size,
+                              input_shapes=config.model.input_shapes, custom_modules=config.model.custom_modules,
+                              base_dir=config.source.parent)
+    keyed, notes = match_signature(arrays, loaded.graph.inputs, cal_cfg.path)
+    calib = select(keyed, samples=cal_cfg.samples, seed=cal_cfg.seed, source=cal_cfg.resolved_source(),
+                   path=cal_cfg.path, notes=notes)
+
+    graph = loaded.graph
+    pass_results: list[PassResult] = []
+    for p in config.passes:
+        log.info("pass %s", p.name)
+        graph, result = p.apply(graph)
+        pass_results.append(result)
+    log.info("comparing the cleaned graph with the model in inference mode")
+    equivalence = _equivalence(loaded.reference, graph, calib, config.model.batch_size,
+                               config.verify.pass_samples, config.verify.pass_tolerance)
+
+    log.info("converting to int8 with %d calibration samples", calib.count)
+    from .converters.tflite_export import ExportOptions, tflite_from_graph
+
+    q = config.quantization
+    with tempfile.TemporaryDirectory(prefix="edgeconv-") as work:
+        exported = tflite_from_graph(graph, calib, ExportOptions(q.input_type.value, q.output_type.value,
+                                                                 q.per_channel, config.model.batch_size), Path(work))
+    tflite_name = f"{config.build_name}.tflite"
+    model = parse_tflite(exported.tflite, tflite_name)
+    log.info("checking %d ops against %s", len(model.ops), ", ".join(t.name for t in targets))
+    results = tuple(check_model(model, t) for t in targets)
+
+    extra = [] if equivalence["passed"] else [
+        f"the passes changed the outputs: max abs difference {equivalence['max_abs_diff']:.3g} > "
+        f"verify.pass_tolerance {equivalence['tolerance']:g}"]
+    body = _report(config, out_dir, loaded, model, pass_results, equivalence, calib, results, extra)
+    files = {
+        tflite_name: exported.tflite,
+        "report.json": report.dumps(body).encode(),
+        "report.md": report.to_markdown(body).encode(),
+        "pipeline.resolved.yaml": resolved_yaml(config, out_dir).encode(),
+    }
+    output.commit(out_dir, files)
+    log.info("wrote %s", rel(out_dir))
+    return BuildResult(config, out_dir, out_dir / tflite_name, body, results)
+
+
+def _report(config: PipelineConfig, out_dir: Path, loaded: Any, model: TFLiteModel, passes: list[PassResult],
+            equivalence: dict[str, Any], calib: CalibrationSet, results: tuple[TargetResult, ...],
+            extra_reasons: list[str]) -> dict[str, Any]:
+    q = config.quantization
+    graph: FrozenGraph = loaded.graph
+    return {
+        "schema_version": report.REPORT_SCHEMA_VERSION,
+        "edgeconv_version": __version__,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "name": config.build_name,
+        "pipeline": os.path.relpath(config.source, out_dir),
+        "toolchain": _toolchain(),
+        "model": {
+            "path": os.path.relpath(config.model.path, out_dir),
+            "format": loaded.format,
+            "framework": loaded.framework,
+            "sha256": file_sha256(config.model.path),
+            "inputs": [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype} for i in graph.inputs],
+            "outputs": [{"name": o.name, "shape": list(o.shape), "dtype": o.dtype} for o in graph.outputs],
+            "layers": len(graph.layers),
+        },
+        "artifacts": {
+            "tflite": {"path": f"{config.build_name}.tflite", "sha256": model.sha256, "bytes": model.size},
+            "report_md": {"path": "report.md"},
+            "resolved_pipeline": {"path": "pipeline.resolved.yaml"},
+        },
+        "passes": [report.pass_json(p) for p in passes],
+        "equivalence": equivalence,
+        "quantization": {
+            "mode": q.mode.value,
+            "input_type": q.input_type.value,
+            "output_type": q.output_type.value,
+            "per_channel": q.per_channel,
+            "calibration": {
+                "source": calib.source,
+                "path": os.path.relpath(calib.path, out_dir),
+                "file_sha256": calib.file_sha256,
+                "available": calib.available,
+                "samples": calib.count,
+                "seed": calib.seed,
+                "samples_sha256": calib.sha256(),
+                "stats": calib.stats(),
+                "notes": list(calib.notes),
+            },
+        },
+        "tflite": report.model_json(model),
+        "targets": report.targets_json(results, graph.layer_names()),
+        "gate": report.gate_json(results, extra_reasons),
+    }
+
