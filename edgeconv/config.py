@@ -189,7 +189,8 @@ def _parse_targets(node: yaml.Node, key: str, ctx: Ctx) -> Any:
 class PipelineConfig:
     """An edgeconv pipeline: model -> passes -> calibrated INT8 .tflite -> target checks."""
 
-    version: int = setting(f"Pipeline schema version; must be {SCHEMA_VERSION}.")
+    version: int = setting(f"Pipeline schema version; must be {SCHEMA_VERSION}.",
+                           json_schema=lambda: {"const": SCHEMA_VERSION})
     model: ModelConfig = setting("The model to convert.")
     calibration: CalibrationConfig = setting("Representative data for calibration.")
     name: str | None = setting("Name of the build; names the .tflite. Default: the model file stem.",

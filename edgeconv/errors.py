@@ -65,7 +65,7 @@ def did_you_mean(value: str, allowed: Iterable[str]) -> str:
 
 
 def allowed_list(allowed: Iterable[str]) -> str:
-    return ", ".join(sorted(allowed))
+    return ", ".join(sorted(allowed)) or "none"
 
 
 def rel(path: Path) -> str:

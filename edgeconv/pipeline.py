@@ -21,7 +21,7 @@ from .calibration import SOURCES
 from .calibration.checks import CalibrationSet, check_file_arrays, file_sha256, match_signature, select
 from .config import PipelineConfig, load_pipeline, resolved_yaml
 from .converters.tflite_reader import TFLiteModel, parse_tflite, read_tflite
-from .errors import rel
+from .errors import ModelError, rel
 from .ir import FrozenGraph
 from .passes import PassResult
 from .targets import load_target
@@ -96,6 +96,33 @@ def _equivalence(reference: Any, graph: FrozenGraph, calib: CalibrationSet, batc
             "per_output": worst, "passed": max_diff <= tolerance}
 
 
+def _inference_reference(loaded: Any, passes: Sequence[PassResult], feeds: dict[str, np.ndarray]) -> Any:
+    """The model in inference mode, as the reference the cleaned graph must match.
+
+    A layer that forces training behaviour makes ``model(x, training=False)`` random;
+    when a pass replaced such dropout/noise layers by their inference identity, the
+    reference is the model with exactly those layers at rate 0. A model that is still
+    random is refused, naming the layers.
+    """
+    if _deterministic(loaded.reference, feeds):
+        return loaded.reference
+    roles = {layer.name: layer for layer in loaded.graph.layers if layer.training_only}
+    forced = sorted({name for p in passes for r in p.rewrites for name in r.layers if name in roles})
+    if forced:
+        reference = loaded.reference_without(forced)
+        if _deterministic(reference, feeds):
+            return reference
+    named = ", ".join(f"{roles[n].class_name} {n!r}" for n in forced) or "its layers"
+    raise ModelError(f"the model gives a different output on every call even with training=False ({named}); "
+                     "a layer forces training behaviour or calls a random op. Fix: call such layers with "
+                     "training=False (do not pass training=True inside call()), or remove the random op")
+
+
+def _deterministic(run: Any, feeds: dict[str, np.ndarray]) -> bool:
+    first, second = run(feeds), run(feeds)
+    return all(np.array_equal(first[k], second[k]) for k in first)
+
+
 def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = None) -> BuildResult:
     """Run the pipeline: load, clean, prove, quantize, check, and write the output folder.
 
@@ -130,7 +157,8 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
         graph, result = p.apply(graph)
         pass_results.append(result)
     log.info("comparing the cleaned graph with the model in inference mode")
-    equivalence = _equivalence(loaded.reference, graph, calib, config.model.batch_size,
+    reference = _inference_reference(loaded, pass_results, calib.batches(config.model.batch_size)[0])
+    equivalence = _equivalence(reference, graph, calib, config.model.batch_size,
                                config.verify.pass_samples, config.verify.pass_tolerance)
 
     log.info("converting to int8 with %d calibration samples", calib.count)

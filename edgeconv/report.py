@@ -40,8 +40,19 @@ def op_json(result: OpResult, layers: Sequence[str] | None) -> dict[str, Any]:
     if op.custom_code is not None:
         entry["custom_code"] = op.custom_code
     if layers is not None:
-        entry["source_layers"] = sorted({layer for t in op.outputs for layer in source_layers(t.name, layers)})
+        entry["source_layers"] = op_layers(result, layers)
     return entry
+
+
+def op_layers(result: OpResult, layers: Sequence[str]) -> list[str]:
+    """Source layers of an op: from its output names, else from its non-constant inputs
+    (a QUANTIZE/DEQUANTIZE the converter added is named after its neighbour)."""
+    op = result.op
+    for tensors in (op.outputs, [t for t in op.inputs if t is not None and not t.constant]):
+        found = sorted({layer for t in tensors for layer in source_layers(t.name, layers)})
+        if found:
+            return found
+    return []
 
 
 def targets_json(results: Iterable[TargetResult], layers: Sequence[str] | None = None) -> list[dict[str, Any]]:

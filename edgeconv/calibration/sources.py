@@ -32,6 +32,8 @@ class NpzSource:
     summary: ClassVar[str] = "NumPy .npz archive: one array per model input, keyed by input name"
 
     def read(self, path: Path) -> dict[str, np.ndarray]:
+        if not zipfile.is_zipfile(path):
+            raise DataError(f"{rel(path)}: not a readable .npz archive (not a zip file)")
         try:
             with np.load(path, allow_pickle=False) as archive:
                 return {key: archive[key] for key in archive.files}

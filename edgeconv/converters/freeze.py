@@ -26,7 +26,8 @@ def freeze_concrete_function(cf: Any, layers: list[str]) -> Any:
     graph_def = cf.graph.as_graph_def()
     writes = [n for n in graph_def.node if n.op in STATE_WRITE_OPS]
     if not writes:
-        return convert_variables_to_constants_v2(cf).graph.as_graph_def()
+        # Keep functional control flow (While/If): lowered v1 frames cannot be re-imported and pruned.
+        return convert_variables_to_constants_v2(cf, lower_control_flow=False).graph.as_graph_def()
     return _freeze_reads(cf, graph_def, layers)
 
 
@@ -49,6 +50,10 @@ def _freeze_reads(cf: Any, graph_def: Any, layers: list[str]) -> Any:
             node.attr.clear()
             node.attr["dtype"].type = tf.as_dtype(value.dtype).as_datatype_enum
             node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value))
+    used = {i.split(":")[0].lstrip("^") for n in graph_def.node for i in n.input}
+    kept = [n for n in graph_def.node if not (n.name in values and n.name not in used)]
+    del graph_def.node[:]
+    graph_def.node.extend(kept)  # handles of variables that are only read are gone now
     resource_users = [n for n in graph_def.node if n.op not in STATE_WRITE_OPS and n.op != "Placeholder"
                       and any(i.split(":")[0] in values for i in n.input)]
     if resource_users:

@@ -22,10 +22,17 @@ Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 
 @dataclasses.dataclass(frozen=True)
 class LoadedModel:
-    """The frozen inference graph and a runner for the source model in inference mode."""
+    """The frozen inference graph and a runner for the source model in inference mode.
+
+    ``reference_without(layers)`` runs the model with the named training-only layers
+    (dropout/noise) at their inference behaviour, the identity, even when their
+    ``call()`` forces ``training=True``; it is the reference for a graph whose
+    passes replaced those layers.
+    """
 
     graph: FrozenGraph
     reference: Runner
+    reference_without: Callable[[Sequence[str]], Runner]
     format: str
     framework: str
 
@@ -159,5 +166,22 @@ def graph_from_keras(path: Path, *, batch_size: int, input_shapes: Mapping[str, 
         result = call([tf.constant(feeds[n]) for n in in_names])
         return {k: np.asarray(v) for k, v in result.items()}
 
+    def reference_without(names: Sequence[str]) -> Runner:
+        chosen = [layer for layer in model._flatten_layers(include_self=False, recursive=True)
+                  if layer.name in names]
+
+        def run(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+            saved = [(layer, attr, getattr(layer, attr)) for layer in chosen
+                     for attr in ("rate", "stddev") if hasattr(layer, attr)]
+            try:
+                for layer, attr, _ in saved:
+                    setattr(layer, attr, 0.0)  # dropout/noise with rate/stddev 0 is the identity
+                return reference(feeds)
+            finally:
+                for layer, attr, value in saved:
+                    setattr(layer, attr, value)
+
+        return run
+
     graph = FrozenGraph(graph_def, inputs, outputs, layers)
-    return LoadedModel(graph, reference, "keras", f"keras {keras.__version__}")
+    return LoadedModel(graph, reference, reference_without, "keras", f"keras {keras.__version__}")

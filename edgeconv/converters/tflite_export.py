@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import numpy as np
 from .._tf import quiet_tf_env
 from ..calibration.checks import CalibrationSet
 from ..errors import InternalError, ModelError
-from ..ir import FrozenGraph
+from ..ir import FrozenGraph, source_layers
 from .tf_graph import save_serving_model
 
 WORKER = "edgeconv.converters._tflite_worker"
@@ -68,13 +69,39 @@ def tflite_from_graph(graph: FrozenGraph, calibration: CalibrationSet, options: 
         return Exported((workdir / "model.tflite").read_bytes(), log)
     if proc.returncode == EXIT_CONVERTER_ERROR and (workdir / "error.json").exists():
         error = json.loads((workdir / "error.json").read_text())
+        flex = sorted(set(re.findall(r"\bFlex(\w+)", error["message"])))
+        if flex:
+            raise ModelError(_flex_message(graph, flex))
         raise ModelError(f"the TFLite converter rejected the model ({error['type']}): {error['message']}")
     if proc.returncode < 0:
         name = signal.Signals(-proc.returncode).name
-        raise InternalError("convert", f"the TFLite converter crashed ({name}) while converting the model",
-                            log=_tail(log))
+        raise InternalError("convert", f"the TFLite converter crashed ({name}) while converting the model"
+                            f"{_crash_hint(graph)}", log=_tail(log))
     raise InternalError("convert", f"the converter process failed with exit code {proc.returncode}",
                         log=_tail(log))
+
+
+def _crash_hint(graph: FrozenGraph) -> str:
+    loops = [n.name for n in graph.graph_def.node if n.op in ("While", "StatelessWhile")]
+    if not loops:
+        return ""
+    layers = sorted({layer for name in loops for layer in source_layers(name, graph.layer_names())})
+    classes = {layer.name: layer.class_name for layer in graph.layers}
+    where = ", ".join(f"{classes[n]} {n!r}" for n in layers) or "a while loop"
+    return (f"; the graph holds a while loop ({where}): full-int8 conversion of Keras 3 recurrent layers is "
+            "known to crash TF 2.21's converter; unrolling them (unroll=True) avoids the loop")
+
+
+def _flex_message(graph: FrozenGraph, tf_ops: list[str]) -> str:
+    """Name the TF ops without a TFLite builtin, and the layers they come from."""
+    found = []
+    for op in tf_ops:
+        layers = sorted({layer for n in graph.graph_def.node if n.op == op
+                         for layer in source_layers(n.name, graph.layer_names())})
+        found.append(f"{op} (layer {', '.join(repr(x) for x in layers)})" if layers else op)
+    return (f"the model uses TensorFlow op(s) with no TFLite builtin: {', '.join(found)}. They would run as Flex "
+            "ops, which INT8 calibration cannot execute and edge runtimes do not ship. Fix: rewrite them with "
+            "ops TFLite supports, or move them out of the model")
 
 
 def _tail(log: str) -> str:

@@ -95,6 +95,10 @@ class TensorInfo:
         return self.nbytes > 0
 
     @property
+    def is_float(self) -> bool:
+        return self.dtype.is_float
+
+    @property
     def dynamic(self) -> bool:
         return any(d < 0 for d in self.shape_signature)
 

@@ -70,6 +70,9 @@ class StripTrainingPass:
             elif node.op in DEBUG_SIDE_EFFECT_OPS:
                 reasons[node.name] = REASON_DEBUG
             elif node.op in STATE_WRITE_OPS:
+                # The write, its variable handle and the value it computes go together.
+                for name in ed.ancestors([node.name]):
+                    reasons.setdefault(name, REASON_STATE)
                 reasons[node.name] = REASON_STATE
         ed.drop_control_inputs(to=lambda n: n.op in DEBUG_SIDE_EFFECT_OPS or n.op in STATE_WRITE_OPS)
         removed = tuple(

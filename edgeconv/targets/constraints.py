@@ -93,9 +93,8 @@ def expand_spec(specs: Sequence[str], count: int) -> list[str]:
 
 @constraint
 def tensor_dtype(op: OpInfo, model: TFLiteModel, *, inputs: list[str], outputs: list[str]) -> Check:
-    """Input tensors have dtypes [{inputs}] and outputs [{outputs}], position by position
-    (a|b: either; x...: repeats; float32-io: float32 only where the tensor is a model input or
-    output)."""
+    """Input tensors have dtypes [{inputs}] and output tensors [{outputs}], position by position
+    (float32-io: float32 only on a model input or output)."""
     io = model.io_tensors(op.subgraph)
     problems = []
     for kind, tensors, specs in (("input", op.inputs, inputs), ("output", op.outputs, outputs)):
@@ -103,11 +102,12 @@ def tensor_dtype(op: OpInfo, model: TFLiteModel, *, inputs: list[str], outputs: 
         if len(tensors) > len(expected):
             problems.append(f"{len(tensors)} {kind}s, expected at most {len(expected)}")
         for i, (tensor, spec) in enumerate(zip(tensors, expected)):
-            if tensor is not None and not dtype_matches(tensor, spec, io):
-                where = "" if tensor.dtype is not TensorType.FLOAT32 or spec.startswith("float32") \
-                    else " (a float island inside the model)" if tensor.index not in io else ""
-                problems.append(f"{kind} {i} '{tensor.name}' is {tensor.dtype.value}, expected "
-                                f"{spec.removesuffix('...')}{where}")
+            if tensor is None or dtype_matches(tensor, spec, io):
+                continue
+            island = tensor.is_float and not tensor.constant and tensor.index not in io
+            problems.append(f"{kind} {i} {'constant ' if tensor.constant else ''}'{tensor.name}' is "
+                            f"{tensor.dtype.value}" + (" inside the model (a float island)" if island else "")
+                            + f", expected {spec.removesuffix('...').replace('float32-io', 'float32 (model I/O)')}")
     return (not problems), "; ".join(problems)
 
 

@@ -91,7 +91,8 @@ class Target:
         return self.ops.get(op_type)
 
 
-_TOP_KEYS = ("schema_version", "name", "title", "description", "sources", "unlisted", "notes", "all_ops", "ops")
+_TOP_KEYS = ("schema_version", "name", "title", "description", "sources", "unlisted", "notes", "fixes", "all_ops",
+             "ops")
 _RULE_KEYS = ("check", "id", "source", "fix", "status")
 _STATUS_NAMES = [s.value for s in OpStatus if s is not OpStatus.SUPPORTED]
 
@@ -116,7 +117,13 @@ def load_target_file(path: Path, expected_name: str | None = None) -> Target:
     if expected_name is not None and name != expected_name:
         ctx.error(top["name"], "name", f"{name!r} does not match the file name {expected_name!r}")
     sources = {k: _scalar(v, f"sources.{k}", ctx) for k, v in _mapping(top["sources"], "sources", ctx).items()}
-    all_ops = tuple(_rules(top.get("all_ops"), "all_ops", sources, ctx))
+    fixes: dict[str, str] = {}
+    for check, fix_node in _mapping(top.get("fixes"), "fixes", ctx).items():
+        if check not in CONSTRAINTS:
+            ctx.error(fix_node, f"fixes.{check}", f"unknown constraint {check!r} (allowed: "
+                      f"{allowed_list(CONSTRAINTS)}){did_you_mean(check, CONSTRAINTS)}")
+        fixes[check] = _scalar(fix_node, f"fixes.{check}", ctx)
+    all_ops = tuple(_rules(top.get("all_ops"), "all_ops", sources, ctx, fixes))
     ops: dict[str, OpEntry] = {}
     for op_name, op_node in _mapping(top["ops"], "ops", ctx).items():
         key = f"ops.{op_name}"
@@ -127,7 +134,7 @@ def load_target_file(path: Path, expected_name: str | None = None) -> Target:
         fields = _mapping(op_node, key, ctx, allowed=("source", "rules", "note"))
         source = _source(fields.get("source"), f"{key}.source", sources, ctx)
         rules = tuple(dataclasses.replace(r, source=r.source or source)
-                      for r in _rules(fields.get("rules"), f"{key}.rules", sources, ctx))
+                      for r in _rules(fields.get("rules"), f"{key}.rules", sources, ctx, fixes))
         ids = [r.id for r in (*all_ops, *rules)]
         for dup in sorted({i for i in ids if ids.count(i) > 1}):
             ctx.error(op_node, key, f"two rules with id {dup!r}; give one an explicit 'id'")
@@ -205,7 +212,9 @@ def _status(node: yaml.Node | None, key: str, ctx: Ctx) -> OpStatus:
     return OpStatus(value)
 
 
-def _rules(node: yaml.Node | None, key: str, sources: Mapping[str, str], ctx: Ctx) -> list[Rule]:
+def _rules(node: yaml.Node | None, key: str, sources: Mapping[str, str], ctx: Ctx,
+           fixes: Mapping[str, str]) -> list[Rule]:
+    """Rules of a list; a rule without its own ``fix`` takes the target's fix for its constraint."""
     if node is None or _yaml.is_null(node):
         return []
     if not isinstance(node, yaml.SequenceNode):
@@ -238,7 +247,7 @@ def _rules(node: yaml.Node | None, key: str, sources: Mapping[str, str], ctx: Ct
             if name not in params and p.default is inspect.Parameter.empty:
                 ctx.error(item, sub, f"constraint {check!r} needs parameter {name!r}")
         rule_id = _scalar(fields["id"], f"{sub}.id", ctx) if "id" in fields else check
-        fix = _scalar(fields["fix"], f"{sub}.fix", ctx) if "fix" in fields else ""
+        fix = _scalar(fields["fix"], f"{sub}.fix", ctx) if "fix" in fields else fixes.get(check, "")
         rules.append(Rule(rule_id, check, params, _source(fields.get("source"), f"{sub}.source", sources, ctx)
                           if "source" in fields or key == "all_ops" else "", fix,
                           _status(fields.get("status"), f"{sub}.status", ctx)))

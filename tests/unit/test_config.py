@@ -1,0 +1,199 @@
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from edgeconv import ConfigError, load_pipeline
+from edgeconv.config import pipeline_json_schema, pipeline_json_schema_text, resolved_yaml
+from edgeconv.passes import StripTrainingPass
+
+from ..conftest import REPO, run_edgeconv
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)  # messages show paths as the user typed them
+    (tmp_path / "m.keras").write_bytes(b"PK")  # validation only checks that files exist
+    (tmp_path / "cal.npz").write_bytes(b"PK")
+    return tmp_path
+
+
+def write(project: Path, text: str, name: str = "p.yaml") -> Path:
+    path = project / name
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path
+
+
+MINIMAL = """
+version: 1
+model:
+  path: m.keras
+calibration:
+  path: cal.npz
+"""
+
+
+def problems(path: Path) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(path)
+    return list(info.value.problems)
+
+
+def test_shipped_example_is_valid() -> None:
+    config = load_pipeline(REPO / "pipeline.yaml")
+    assert config.build_name == "digits"
+    assert config.targets == ("generic-int8",)
+    assert [p.name for p in config.passes] == ["strip-training"]
+    assert config.calibration.resolved_source() == "npz"
+
+
+def test_defaults_are_filled(project: Path) -> None:
+    config = load_pipeline(write(project, MINIMAL))
+    assert config.passes == (StripTrainingPass(),)
+    assert config.targets == ("generic-int8",)
+    assert config.calibration.samples == 200 and config.calibration.seed == 0
+    assert config.verify.pass_tolerance == 1e-5
+    assert config.output_dir == project / "build" / "m"
+    assert config.model.path == project / "m.keras"
+
+
+def test_resolved_pipeline_round_trips(project: Path) -> None:
+    config = load_pipeline(write(project, MINIMAL))
+    out = project / "build" / "m"
+    out.mkdir(parents=True)
+    resolved = out / "pipeline.resolved.yaml"
+    resolved.write_text(resolved_yaml(config, out))
+    again = load_pipeline(resolved)
+    assert again.model.path == config.model.path
+    assert again.model.resolved_format() is config.model.resolved_format()
+    assert again.quantization == config.quantization and again.verify == config.verify
+    assert again.calibration.path == config.calibration.path
+    assert again.calibration.resolved_source() == "npz"
+    assert again.output_dir == out
+    data = yaml.safe_load(resolved.read_text())
+    assert data["passes"] == [{"name": "strip-training"}]
+    assert data["verify"] == {"pass_tolerance": 1e-05, "pass_samples": 8}
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (MINIMAL + "calibraton: {path: cal.npz}\n",
+     "p.yaml:6: top level: unknown key 'calibraton' (allowed: calibration, model, name, output, passes, "
+     "quantization, targets, verify, version); did you mean 'calibration'?"),
+    (MINIMAL.replace("  path: cal.npz", "  path: cal.npz\n  sample: 10"),
+     "p.yaml:6: calibration: unknown key 'sample' (allowed: path, samples, seed, source); did you mean 'samples'?"),
+    (MINIMAL + "targets: [generic-int9]\n",
+     "p.yaml:6: targets[0]: unknown target 'generic-int9' (allowed: generic-int8); did you mean 'generic-int8'?"),
+    (MINIMAL + "passes: [strip-trainig]\n",
+     "p.yaml:6: passes[0]: unknown pass 'strip-trainig' (allowed: strip-training); did you mean 'strip-training'?"),
+    (MINIMAL + "quantization: {input_type: int4}\n",
+     "p.yaml:6: quantization.input_type: unknown value 'int4' (allowed: int8, uint8); did you mean 'int8'?"),
+    (MINIMAL.replace("path: m.keras", "path: missing.keras"),
+     "p.yaml:3: model.path: file not found: 'missing.keras' (resolved to {project}/missing.keras)"),
+    (MINIMAL.replace("  path: cal.npz", "  path: cal.npz\n  samples: many"),
+     "p.yaml:6: calibration.samples: expected an integer, got 'many'"),
+    (MINIMAL.replace("  path: cal.npz", "  path: cal.npz\n  samples: 0"),
+     "p.yaml:6: calibration.samples: must be >= 1, got 0"),
+    (MINIMAL.replace("  path: cal.npz", "  path: cal.npz\n  samples: '10'"),
+     "p.yaml:6: calibration.samples: expected an integer, got '10'"),
+    (MINIMAL + "quantization: {per_channel: yes}\n",
+     "p.yaml:6: quantization.per_channel: expected true or false, got 'yes'"),
+    (MINIMAL + "verify: {pass_tolerance: 1e-x}\n",
+     "p.yaml:6: verify.pass_tolerance: expected a number, got '1e-x'"),
+    ("version: 1\nmodel:\n  path: m.keras\n",
+     "p.yaml:1: top level: missing required key 'calibration'"),
+    (MINIMAL + "model: {path: m.keras}\n",
+     "p.yaml:6: model: duplicate key (first given on line 2)"),
+    (MINIMAL + "targets: []\n",
+     "p.yaml:6: targets: expected a non-empty list of target names"),
+    (MINIMAL + "targets: [generic-int8, generic-int8]\n",
+     "p.yaml:6: targets[1]: target 'generic-int8' is listed more than once"),
+    (MINIMAL + "passes: [strip-training, strip-training]\n",
+     "p.yaml:6: passes: pass 'strip-training' is listed more than once"),
+    (MINIMAL + "passes: [{name: strip-training, aggressive: true}]\n",
+     "p.yaml:6: passes[0]: unknown key 'aggressive' (allowed: none)"),
+    (MINIMAL.replace("path: cal.npz", "path: cal.csv"),
+     "p.yaml:5: calibration.path: file not found: 'cal.csv' (resolved to {project}/cal.csv)"),
+    (MINIMAL.replace("  path: m.keras", "  path: m.keras\n  batch_size: 3"),
+     "p.yaml:6: calibration.samples: 200 is not a multiple of model.batch_size (3); each calibration step feeds "
+     "one full batch"),
+    (MINIMAL.replace("  path: m.keras", "  path: m.keras\n  input_shapes: {image: [1, 0, 3]}"),
+     "p.yaml:4: model.input_shapes.image: expected a non-empty list of dimensions >= 1, got [1, 0, 3]"),
+    (MINIMAL + "verify: {pass_samples: 500}\n",
+     "p.yaml:6: verify.pass_samples: 500 is more than calibration.samples (200)"),
+])
+def test_config_errors_point_at_the_mistake(project: Path, text: str, expected: str) -> None:
+    assert problems(write(project, text)) == [expected.format(project=project)]
+
+
+def test_unknown_suffix_needs_an_explicit_source(project: Path) -> None:
+    (project / "cal.bin").write_bytes(b"x")
+    path = write(project, MINIMAL.replace("path: cal.npz", "path: cal.bin"))
+    assert problems(path) == ["p.yaml:5: calibration.path: cannot tell the data source from suffix '.bin' "
+                              "(known: .npy, .npz); set calibration.source"]
+
+
+def test_every_problem_is_reported_at_once(project: Path) -> None:
+    path = write(project, """
+        version: 1
+        model: {path: m.keras, batch_sise: 1}
+        calibration: {path: cal.npz, seed: -1}
+        targets: [edgetpu-v2]
+        """)
+    assert problems(path) == [
+        "p.yaml:2: model: unknown key 'batch_sise' (allowed: batch_size, custom_modules, format, input_shapes, path);"
+        " did you mean 'batch_size'?",
+        "p.yaml:3: calibration.seed: must be >= 0, got -1",
+        "p.yaml:4: targets[0]: unknown target 'edgetpu-v2' (allowed: generic-int8)",
+    ]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("version: 1\nmodel: [\n", "p.yaml:3:1: invalid YAML: expected the node content, but found '<stream end>'"),
+    ("version: 1\n  model: x\n", "p.yaml:2:8: invalid YAML: mapping values are not allowed here"),
+    ("", "p.yaml: the file is empty"),
+    ("- 1\n- 2\n", "p.yaml:1: expected a mapping, got a list"),
+    ("version: 2\n", "p.yaml:1: version: unsupported pipeline schema version '2' (supported: 1)"),
+])
+def test_malformed_files(project: Path, text: str, expected: str) -> None:
+    path = project / "p.yaml"
+    path.write_text(text)
+    assert problems(path) == [expected]
+
+
+def test_missing_pipeline_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"nope\.yaml: file not found"):
+        load_pipeline(tmp_path / "nope.yaml")
+
+
+def test_committed_json_schema_is_generated_from_the_config_model() -> None:
+    committed = (REPO / "edgeconv" / "schemas" / "pipeline.schema.json").read_text()
+    assert committed == pipeline_json_schema_text(), "run: edgeconv schema pipeline > edgeconv/schemas/pipeline.schema.json"
+
+
+def test_json_schema_accepts_the_example_and_rejects_mistakes() -> None:
+    schema = pipeline_json_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    example = yaml.safe_load((REPO / "pipeline.yaml").read_text())
+    jsonschema.validate(example, schema)
+    for broken in ({**example, "calibraton": {}}, {**example, "targets": ["generic-int9"]},
+                   {**example, "version": 2}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(broken, schema)
+
+
+def test_validate_cli_exit_codes(project: Path) -> None:
+    good = write(project, MINIMAL)
+    result = run_edgeconv("validate", good)
+    assert result.returncode == 0, result.stderr
+    assert "valid" in result.stdout
+    bad = write(project, MINIMAL + "targets: [edge-tpu]\n", "bad.yaml")
+    result = run_edgeconv("validate", bad)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "edgeconv: error: bad.yaml:6: targets[0]: unknown target 'edge-tpu' (allowed: generic-int8)"]
+    assert json.loads(run_edgeconv("schema", "pipeline").stdout)["title"] == "edgeconv pipeline"

@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgeconv import OutputError
+from edgeconv.output import CRASH_LOG, MARKER, check_writable, commit, write_crash_log
+
+from ..conftest import tree
+
+
+def test_commit_creates_and_replaces_atomically(tmp_path: Path) -> None:
+    out = tmp_path / "build" / "m"
+    commit(out, {"a.tflite": b"1", "report.json": b"{}"})
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "a.tflite", "report.json"]
+    commit(out, {"b.tflite": b"2"})
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "b.tflite"]
+    assert [p.name for p in out.parent.iterdir()] == ["m"]  # no staging or backup folders left
+
+
+def test_a_failed_commit_keeps_the_previous_output(tmp_path: Path) -> None:
+    out = tmp_path / "m"
+    commit(out, {"a.tflite": b"good"})
+    before = tree(out)
+
+    class Exploding(dict[str, bytes]):
+        def items(self):  # type: ignore[no-untyped-def]
+            yield "half.tflite", b"x"
+            raise RuntimeError("disk on fire")
+
+    with pytest.raises(RuntimeError):
+        commit(out, Exploding())
+    assert tree(out) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["m"]
+
+
+def test_refuses_folders_it_does_not_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    mine = tmp_path / "src"
+    mine.mkdir()
+    (mine / "train.py").write_text("precious")
+    with pytest.raises(OutputError) as info:
+        check_writable(mine)
+    assert str(info.value) == ("output folder src exists, is not empty and was not created by edgeconv; choose "
+                               "another folder (--out) or empty it")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputError, match="^output folder file exists and is not a folder$"):
+        check_writable(tmp_path / "file")
+    assert write_crash_log(mine, "boom") is None
+    assert (mine / "train.py").read_text() == "precious" and len(list(mine.iterdir())) == 1
+
+
+def test_crash_log_goes_into_an_output_folder(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    log = write_crash_log(out, "Traceback ...")
+    assert log == out / CRASH_LOG and log.read_text() == "Traceback ..."
+    check_writable(out)  # the next build may reuse the folder

@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeconv import ModelFileError
+from edgeconv.converters.tflite_reader import TensorType, parse_tflite, read_tflite
+
+from ..conftest import ORACLES, REPO
+
+DATA = REPO / "tests" / "data"
+
+
+def test_reads_a_converted_conv_model() -> None:
+    model = read_tflite(DATA / "conv2d-relu.int8.tflite")
+    assert len(model.subgraphs) == 1
+    (op,) = model.ops
+    assert (op.type, op.version, op.custom_code) == ("CONV_2D", 3, None)
+    x, w, b = op.inputs
+    assert (x.dtype, x.shape) == (TensorType.INT8, (1, 9, 7, 3))
+    assert (w.dtype, w.shape, w.constant) == (TensorType.INT8, (5, 3, 3, 3), True)
+    assert (b.dtype, b.shape, b.constant) == (TensorType.INT32, (5,), True)
+    assert w.quantization is not None and w.quantization.per_axis and len(w.quantization.scale) == 5
+    assert w.quantization.zero_point == (0,) * 5
+    (y,) = op.outputs
+    assert (y.dtype, y.shape, y.constant) == (TensorType.INT8, (1, 9, 7, 5), False)
+    assert y.quantization is not None and not y.quantization.per_axis
+    assert op.options["padding"] == "SAME" and op.options["fused_activation_function"] == "RELU"
+    assert op.options["stride_w"] == 1 and op.options["dilation_h_factor"] == 1
+    assert model.main.inputs == (x.index,) and model.main.outputs == (y.index,)
+
+
+def test_reads_fixed_softmax_quantization() -> None:
+    model = read_tflite(DATA / "softmax-dense.int8.tflite")
+    assert [op.type for op in model.ops] == ["FULLY_CONNECTED", "SOFTMAX"]
+    out = model.ops[1].outputs[0].quantization
+    assert out is not None and out.scale == (0.00390625,) and out.zero_point == (-128,)
+
+
+def test_reads_dynamic_shape_signature() -> None:
+    op = read_tflite(DATA / "dense-dynamic.int8.tflite").ops[0]
+    x = op.inputs[0]
+    assert x is not None and x.shape == (1, 6) and x.shape_signature == (-1, 6) and x.dynamic
+
+
+def test_reads_custom_and_flex_codes() -> None:
+    (op,) = read_tflite(DATA / "erf-flex.float32.tflite").ops
+    assert (op.type, op.custom_code, op.label) == ("CUSTOM", "FlexErf", "CUSTOM:FlexErf")
+
+
+@pytest.mark.parametrize(("name", "ops"), [
+    ("mobilenet_v1_0.25_128_quant", {"CONV_2D": 15, "DEPTHWISE_CONV_2D": 13, "AVERAGE_POOL_2D": 1, "RESHAPE": 1,
+                                     "SOFTMAX": 1}),
+    ("split_concat", {"CONCATENATION": 2, "SPLIT": 1}),
+    ("keras_lstm_mnist_ptq", {"QUANTIZE": 2, "UNIDIRECTIONAL_SEQUENCE_LSTM": 1, "RESHAPE": 1,
+                              "FULLY_CONNECTED": 1, "SOFTMAX": 1}),
+    ("bodypix_mobilenet_v1_075_512_512_16_quant_decoder", {"QUANTIZE": 7, "PAD": 1, "CONV_2D": 21,
+                                                           "DEPTHWISE_CONV_2D": 13, "CONCATENATION": 1,
+                                                           "CUSTOM:PosenetDecoderOp": 1}),
+])
+def test_reads_old_uint8_models_from_other_converters(name: str, ops: dict[str, int]) -> None:
+    model = read_tflite(ORACLES / f"{name}.tflite")
+    counts: dict[str, int] = {}
+    for op in model.ops:
+        counts[op.label] = counts.get(op.label, 0) + 1
+    assert counts == ops
+
+
+def test_rejects_the_broken_oracle_model() -> None:
+    with pytest.raises(ModelFileError) as info:
+        read_tflite(ORACLES / "model_invoking_error.tflite")
+    assert str(info.value).endswith("model_invoking_error.tflite: invalid TFLite model: tensor 0 of subgraph 0 uses "
+                                    "buffer 0, but the model has 0 buffers")
+
+
+def _truncations() -> list[int]:
+    size = (DATA / "conv2d-relu.int8.tflite").stat().st_size
+    return [8, 64, size // 2, size - 100]
+
+
+@pytest.mark.parametrize("keep", _truncations())
+def test_truncated_files_are_clear_errors(keep: int) -> None:
+    data = (DATA / "conv2d-relu.int8.tflite").read_bytes()[:keep]
+    with pytest.raises(ModelFileError, match=r"^cut\.tflite: (corrupt or truncated TFLite flatbuffer|invalid TFLite "
+                                             r"model)"):
+        parse_tflite(data, "cut.tflite")
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    (b"", "x.tflite: the file is empty, not a TFLite model"),
+    (b"\x00\x01", "x.tflite: not a TFLite flatbuffer (no 'TFL3' file identifier)"),
+    (np.random.default_rng(7).bytes(4096), "x.tflite: not a TFLite flatbuffer (no 'TFL3' file identifier)"),
+    (b"{\"not\": \"a model\"}", "x.tflite: not a TFLite flatbuffer (no 'TFL3' file identifier)"),
+])
+def test_not_a_model(data: bytes, message: str) -> None:
+    with pytest.raises(ModelFileError) as info:
+        parse_tflite(data, "x.tflite")
+    assert str(info.value) == message
+
+
+def test_random_bytes_behind_a_valid_identifier() -> None:
+    data = b"\x18\x00\x00\x00TFL3" + np.random.default_rng(3).bytes(2000)
+    with pytest.raises(ModelFileError, match=r"^x\.tflite: (corrupt or truncated|invalid TFLite model)"):
+        parse_tflite(data, "x.tflite")
+
+
+def test_missing_and_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ModelFileError, match=r"^nope\.tflite: file not found$"):
+        read_tflite(Path("nope.tflite"))
+    os.mkdir("d.tflite")
+    with pytest.raises(ModelFileError, match=r"^d\.tflite: is a directory"):
+        read_tflite(Path("d.tflite"))
