@@ -25,6 +25,8 @@ RANDOM_OPS = frozenset({
     "StatefulStandardNormal", "StatefulStandardNormalV2", "StatefulTruncatedNormal",
     "StatefulRandomBinomial", "NonDeterministicInts",
 })
+SEED_OPS = frozenset({"StatelessRandomGetKeyCounter", "StatelessRandomGetKeyCounterAlg", "StatelessRandomGetAlg",
+                      "RngReadAndSkip", "RngSkip"})
 # Ops whose output 0 is their input 0 (IdentityN: output i is input i).
 IDENTITY_OPS = frozenset({"Identity", "IdentityN", "Snapshot", "StopGradient", "PreventGradient"})
 # Debug checks that pass their input through, or only run for their side effect.
@@ -74,7 +76,8 @@ class StripTrainingPass:
                 for name in ed.ancestors([node.name]):
                     reasons.setdefault(name, REASON_STATE)
                 reasons[node.name] = REASON_STATE
-        ed.drop_control_inputs(to=lambda n: n.op in DEBUG_SIDE_EFFECT_OPS or n.op in STATE_WRITE_OPS)
+        # A control edge must not keep alive what this pass removes (an Assert, a bypassed Identity).
+        ed.drop_control_inputs(to=lambda n: n.name in reasons)
         removed = tuple(
             Removal(n.op, n.name, ed.layers_of(n.name), reasons.get(n.name, REASON_UNUSED))
             for n in ed.prune())
@@ -89,7 +92,9 @@ class StripTrainingPass:
         nodes = ed.nodes
         live = ed.depends_on_inputs()
         consumers = ed.consumers()
-        random_nodes = [n for n in ed.graph_def.node if n.op in RANDOM_OPS]
+        # Generators first, seed/key plumbing last, so a refusal names the op that draws the numbers.
+        random_nodes = sorted((n for n in ed.graph_def.node if n.op in RANDOM_OPS),
+                              key=lambda n: n.op in SEED_OPS)
         rewrites: list[Rewrite] = []
         done: set[str] = set()
         for rnd in random_nodes:
