@@ -238,8 +238,10 @@ def json_schema_of(tp: Any, meta: Mapping[str, Any] | None = None) -> dict[str, 
     elif isinstance(tp, type) and issubclass(tp, enum.Enum):
         schema = {"enum": [m.value for m in tp]}
     else:
-        schema = {bool: {"type": "boolean"}, int: {"type": "integer"}, float: {"type": "number"},
-                  str: {"type": "string", "minLength": 1}, Path: {"type": "string", "minLength": 1}}[tp]
+        scalars: dict[Any, dict[str, Any]] = {
+            bool: {"type": "boolean"}, int: {"type": "integer"}, float: {"type": "number"},
+            str: {"type": "string", "minLength": 1}, Path: {"type": "string", "minLength": 1}}
+        schema = dict(scalars[tp])
         if meta.get("choices") is not None:
             schema = {"enum": sorted(meta["choices"]())}
         if meta.get("minimum") is not None:
@@ -260,7 +262,8 @@ def dataclass_schema(cls: type) -> dict[str, Any]:
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             required.append(f.name)
         else:
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            factory: Any = f.default_factory
+            default = f.default if f.default is not dataclasses.MISSING else factory()
             if f.metadata.get("dump") is None and (d := _json_default(default)) is not None:
                 props[f.name]["default"] = d
     schema: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}

@@ -105,8 +105,7 @@ def _crash(exc: Exception, out_dir: Path | None) -> int:
     if path is None:
         import tempfile
 
-        handle = tempfile.NamedTemporaryFile("w", prefix="edgeconv-crash-", suffix=".log", delete=False)
-        with handle:
+        with tempfile.NamedTemporaryFile("w", prefix="edgeconv-crash-", suffix=".log", delete=False) as handle:
             handle.write(text)
         path = Path(handle.name)
     what = str(exc) if isinstance(exc, InternalError) else f"{type(exc).__name__}: {exc}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import logging
@@ -70,10 +71,8 @@ def _toolchain() -> dict[str, str]:
     versions = {"python": platform.python_version(), "edgeconv": __version__}
     for name, dist in (("tensorflow", "tensorflow"), ("tensorflow", "tensorflow-cpu"), ("keras", "keras"),
                        ("ai_edge_litert", "ai-edge-litert"), ("numpy", "numpy")):
-        try:
+        with contextlib.suppress(md.PackageNotFoundError):
             versions.setdefault(name, md.version(dist))
-        except md.PackageNotFoundError:
-            pass
     return versions
 
 
@@ -196,7 +195,7 @@ def _report(config: PipelineConfig, out_dir: Path, loaded: Any, model: TFLiteMod
     return {
         "schema_version": report.REPORT_SCHEMA_VERSION,
         "edgeconv_version": __version__,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "name": config.build_name,
         "pipeline": os.path.relpath(config.source, out_dir),
         "toolchain": _toolchain(),

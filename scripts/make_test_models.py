@@ -19,7 +19,7 @@ from typing import Any
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "data"
 

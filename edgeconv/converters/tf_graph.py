@@ -44,9 +44,9 @@ def save_serving_model(graph: FrozenGraph, directory: Path) -> None:
     module.graph_fn = concrete_function(graph)
     signature = [tf.TensorSpec(i.shape, i.dtype, name=i.name) for i in graph.inputs]
 
-    @tf.function(input_signature=signature)
-    def serve(*args: Any) -> Any:
+    def call(*args: Any) -> Any:
         return module.graph_fn(*args)
 
+    serve = tf.function(call, input_signature=signature)
     module.serve = serve
     tf.saved_model.save(module, str(directory), signatures={"serving_default": serve})

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +49,8 @@ def tflite_from_graph(graph: FrozenGraph, calibration: CalibrationSet, options: 
                       workdir: Path) -> Exported:
     """Quantize ``graph`` to INT8, calibrated on exactly ``calibration``'s samples."""
     save_serving_model(graph, workdir / "saved_model")
-    np.savez(workdir / "calibration.npz", **{k: np.asarray(v) for k, v in calibration.arrays.items()})
+    arrays: dict[str, Any] = {k: np.asarray(v) for k, v in calibration.arrays.items()}
+    np.savez(workdir / "calibration.npz", **arrays)
     job = {
         "inputs": [i.name for i in graph.inputs],
         "batch_size": options.batch_size,
@@ -63,7 +65,8 @@ def tflite_from_graph(graph: FrozenGraph, calibration: CalibrationSet, options: 
         proc = subprocess.run([sys.executable, "-m", WORKER, str(workdir)], capture_output=True, text=True,
                               env=env, timeout=options.timeout_s)
     except subprocess.TimeoutExpired:
-        raise InternalError("convert", f"the TFLite converter did not finish within {options.timeout_s:.0f} s") from None
+        raise InternalError("convert", f"the TFLite converter did not finish within {options.timeout_s:.0f} s"
+                            ) from None
     log = proc.stdout + proc.stderr
     if proc.returncode == 0:
         return Exported((workdir / "model.tflite").read_bytes(), log)

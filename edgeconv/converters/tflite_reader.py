@@ -237,16 +237,15 @@ def _parse(data: bytes, shown: str) -> TFLiteModel:
         bad.require(sg_index < len(subgraphs), f"signature {i} names missing subgraph {sg_index}")
         n_tensors = len(subgraphs[sg_index].tensors)
 
-        def tmap(length: int, get: Any) -> dict[str, int]:
-            out = {}
+        maps = []
+        for length, get in ((sig.InputsLength(), sig.Inputs), (sig.OutputsLength(), sig.Outputs)):
+            names = {}
             for j in range(length):
                 tm = get(j)
                 bad.require(0 <= tm.TensorIndex() < n_tensors, f"signature {i} names missing tensor")
-                out[_text(tm.Name())] = int(tm.TensorIndex())
-            return out
-
-        signatures.append(Signature(_text(sig.SignatureKey()), sg_index,
-                                    tmap(sig.InputsLength(), sig.Inputs), tmap(sig.OutputsLength(), sig.Outputs)))
+                names[_text(tm.Name())] = int(tm.TensorIndex())
+            maps.append(names)
+        signatures.append(Signature(_text(sig.SignatureKey()), sg_index, maps[0], maps[1]))
     metadata = tuple(_text(model.Metadata(i).Name()) for i in range(model.MetadataLength()))
     return TFLiteModel(shown, hashlib.sha256(data).hexdigest(), len(data), int(model.Version()),
                        _text(model.Description()), subgraphs, tuple(signatures), metadata)

@@ -29,7 +29,8 @@ def describe(target: Target) -> str:
         lines.append(f"  fix: {target.unlisted.fix}")
     if target.notes:
         lines += ["", "Known unsupported ops:"]
-        lines += [f"  {name}: {n.detail}" + (f" Fix: {n.fix}" if n.fix else "") for name, n in sorted(target.notes.items())]
+        lines += [f"  {name}: {n.detail}" + (f" Fix: {n.fix}" if n.fix else "")
+                  for name, n in sorted(target.notes.items())]
     lines += ["", "Sources:"]
     lines += [f"  {key}: {text}" for key, text in target.sources.items()]
     return "\n".join(lines)

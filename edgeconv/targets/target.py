@@ -197,7 +197,8 @@ def _source(node: yaml.Node | None, key: str, sources: Mapping[str, str], ctx: C
         return ""
     value = _scalar(node, key, ctx)
     if value and value not in sources:
-        ctx.error(node, key, f"unknown source {value!r} (defined: {allowed_list(sources)}){did_you_mean(value, sources)}")
+        ctx.error(node, key, f"unknown source {value!r} (defined: {allowed_list(sources)})"
+                  f"{did_you_mean(value, sources)}")
     return value
 
 

@@ -172,7 +172,8 @@ def test_missing_pipeline_file(tmp_path: Path) -> None:
 
 def test_committed_json_schema_is_generated_from_the_config_model() -> None:
     committed = (REPO / "edgeconv" / "schemas" / "pipeline.schema.json").read_text()
-    assert committed == pipeline_json_schema_text(), "run: edgeconv schema pipeline > edgeconv/schemas/pipeline.schema.json"
+    regenerate = "run: edgeconv schema pipeline > edgeconv/schemas/pipeline.schema.json"
+    assert committed == pipeline_json_schema_text(), regenerate
 
 
 def test_json_schema_accepts_the_example_and_rejects_mistakes() -> None:

@@ -45,7 +45,7 @@ def test_refuses_folders_it_does_not_own(tmp_path: Path, monkeypatch: pytest.Mon
     assert str(info.value) == ("output folder src exists, is not empty and was not created by edgeconv; choose "
                                "another folder (--out) or empty it")
     (tmp_path / "file").write_text("x")
-    with pytest.raises(OutputError, match="^output folder file exists and is not a folder$"):
+    with pytest.raises(OutputError, match=r"^output folder file exists and is not a folder$"):
         check_writable(tmp_path / "file")
     assert write_crash_log(mine, "boom") is None
     assert (mine / "train.py").read_text() == "precious" and len(list(mine.iterdir())) == 1

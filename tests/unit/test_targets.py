@@ -9,11 +9,19 @@ import pytest
 
 from edgeconv import ConfigError
 from edgeconv.converters.tflite_reader import (
-    OpInfo, Quantization, SubgraphInfo, TensorInfo, TensorType, TFLiteModel, parse_tflite, read_tflite)
+    OpInfo,
+    Quantization,
+    SubgraphInfo,
+    TensorInfo,
+    TensorType,
+    TFLiteModel,
+    parse_tflite,
+    read_tflite,
+)
 from edgeconv.targets import DATA_DIR, builtin_target_names, load_target
 from edgeconv.targets.checker import Verdict, check_model, check_op
 from edgeconv.targets.constraints import CONSTRAINTS, expand_spec
-from edgeconv.targets.target import OpStatus, Rule, Target, load_target_file
+from edgeconv.targets.target import Rule, Target, load_target_file
 
 from ..conftest import REPO, run_edgeconv
 from ..tflite_edit import edit, tensor
