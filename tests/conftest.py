@@ -10,7 +10,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "digits"
-ORACLES = REPO.parent / "shared" / "oracles" / "edgetpu"
+ORACLES = REPO / "tests" / "data" / "oracles" / "edgetpu"  # copied from ../shared/oracles (Apache-2.0)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
