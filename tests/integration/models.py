@@ -1,0 +1,87 @@
+"""Tiny Keras models for the integration tests, each with distinct dimension sizes.
+
+Custom layers live in a module the test writes next to its pipeline file, the way
+a user's own layers would (the pipeline names it in model.custom_modules).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CUSTOM_LAYERS = textwrap.dedent('''
+    import keras
+    from keras import ops
+
+    PACKAGE = "{package}"
+
+    @keras.saving.register_keras_serializable(package=PACKAGE)
+    class MCDropout(keras.layers.Dropout):
+        """Monte-Carlo dropout: forces training behaviour in every call."""
+        def call(self, x, training=None):
+            return super().call(x, training=True)
+
+    @keras.saving.register_keras_serializable(package=PACKAGE)
+    class AlwaysNoise(keras.layers.GaussianNoise):
+        def call(self, x, training=None):
+            return super().call(x, training=True)
+
+    @keras.saving.register_keras_serializable(package=PACKAGE)
+    class Jitter(keras.layers.Layer):
+        """Adds noise on purpose, in inference too: not a training-only layer."""
+        def call(self, x):
+            return x + keras.random.normal(ops.shape(x), stddev=0.1)
+
+    @keras.saving.register_keras_serializable(package=PACKAGE)
+    class Erf(keras.layers.Layer):
+        def call(self, x):
+            return ops.erf(x)
+
+    @keras.saving.register_keras_serializable(package=PACKAGE)
+    class Sin(keras.layers.Layer):
+        def call(self, x):
+            return ops.sin(x)
+''')
+
+
+def write_custom_layers(folder: Path, module: str) -> Any:
+    """Write the custom layer module into ``folder`` and import it."""
+    import importlib
+    import sys
+
+    (folder / f"{module}.py").write_text(CUSTOM_LAYERS.replace("{package}", module))
+    sys.path.insert(0, str(folder))
+    try:
+        return importlib.import_module(module)
+    finally:
+        sys.path.remove(str(folder))
+
+
+def dense_model(path: Path, middle: Any, *, features: int = 6, hidden: int = 5, classes: int = 3) -> Path:
+    """Dense -> ``middle`` layer -> Dense, saved as .keras."""
+    import keras
+
+    keras.utils.set_random_seed(1)
+    inp = keras.Input((features,), name="feat")
+    x = keras.layers.Dense(hidden, name="d1")(inp)
+    x = middle(x)
+    out = keras.layers.Dense(classes, name="d2")(x)
+    keras.Model(inp, out, name="tiny").save(path)
+    return path
+
+
+def calibration(path: Path, *, samples: int = 32, features: int = 6, seed: int = 0) -> Path:
+    np.savez(path, feat=np.random.default_rng(seed).normal(size=(samples, features)).astype(np.float32))
+    return path
+
+
+def pipeline(folder: Path, model: str, cal: str, *, modules: tuple[str, ...] = (), samples: int = 16,
+             extra: str = "") -> Path:
+    custom = f", custom_modules: [{', '.join(modules)}]" if modules else ""
+    path = folder / "pipeline.yaml"
+    path.write_text(f"version: 1\nmodel: {{path: {model}{custom}}}\n"
+                    f"calibration: {{path: {cal}, samples: {samples}}}\n{extra}")
+    return path
