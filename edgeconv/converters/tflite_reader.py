@@ -57,6 +57,10 @@ class TensorType(enum.Enum):
                         TensorType.FLOAT8_E4M3FN, TensorType.FLOAT8_E5M2)
 
 
+_NUMPY_TYPES = {TensorType.FLOAT32: np.float32, TensorType.FLOAT16: np.float16, TensorType.INT32: np.int32,
+                TensorType.UINT8: np.uint8, TensorType.INT64: np.int64, TensorType.BOOL: np.bool_,
+                TensorType.INT16: np.int16, TensorType.INT8: np.int8, TensorType.FLOAT64: np.float64,
+                TensorType.UINT64: np.uint64, TensorType.UINT32: np.uint32, TensorType.UINT16: np.uint16}
 _TYPE_BY_CODE = {code: TensorType[name] for name, code in vars(schema.TensorType).items()
                  if not name.startswith("_") and name in TensorType.__members__}
 _OP_NAMES = {code: name for name, code in vars(schema.BuiltinOperator).items() if not name.startswith("_")}
@@ -64,6 +68,8 @@ BUILTIN_OP_NAMES = frozenset(_OP_NAMES.values())
 _OPTION_NAMES = {code: name for name, code in vars(schema.BuiltinOptions).items() if not name.startswith("_")}
 _ACTIVATIONS = {code: name for name, code in vars(schema.ActivationFunctionType).items() if not name.startswith("_")}
 _PADDINGS = {code: name for name, code in vars(schema.Padding).items() if not name.startswith("_")}
+_WEIGHTS_FORMATS = {code: name for name, code in vars(schema.FullyConnectedOptionsWeightsFormat).items()
+                    if not name.startswith("_")}
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 
 
@@ -156,6 +162,9 @@ class TFLiteModel:
     subgraphs: tuple[SubgraphInfo, ...]
     signatures: tuple[Signature, ...]
     metadata: tuple[str, ...]
+    # (offset, size) of each buffer's bytes in ``data``, for constant tensor values.
+    buffers: tuple[tuple[int, int], ...] = dataclasses.field(default=(), repr=False, compare=False)
+    data: bytes = dataclasses.field(default=b"", repr=False, compare=False)
 
     @property
     def main(self) -> SubgraphInfo:
@@ -169,6 +178,21 @@ class TFLiteModel:
     def io_tensors(self, subgraph: int = 0) -> set[int]:
         sg = self.subgraphs[subgraph]
         return set(sg.inputs) | set(sg.outputs)
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of constant data (weights, biases, constant operands): the flash a model needs."""
+        return sum(size for _, size in self.buffers)
+
+    def constant(self, tensor: TensorInfo | None) -> np.ndarray | None:
+        """The value of a constant tensor, or None when it is not constant (or not readable here)."""
+        if tensor is None or not tensor.constant or tensor.buffer >= len(self.buffers):
+            return None
+        dtype = _NUMPY_TYPES.get(tensor.dtype)
+        offset, size = self.buffers[tensor.buffer]
+        if dtype is None or size != tensor.elements * np.dtype(dtype).itemsize:
+            return None
+        return np.frombuffer(self.data, dtype=dtype, count=tensor.elements, offset=offset).reshape(tensor.shape)
 
 
 def read_tflite(path: str | Path) -> TFLiteModel:
@@ -213,14 +237,18 @@ def _parse(data: bytes, shown: str) -> TFLiteModel:
     model = schema.Model.GetRootAsModel(data, 0)
     bad = _Checker(shown)
     n_buffers = model.BuffersLength()
-    buffer_sizes = []
+    buffers: list[tuple[int, int]] = []
     for b in range(n_buffers):
         buf = model.Buffers(b)
         if buf.Offset() > 1:  # large models keep data after the flatbuffer
             bad.require(buf.Offset() + buf.Size() <= len(data), f"buffer {b} points past the end of the file")
-            buffer_sizes.append(int(buf.Size()))
+            buffers.append((int(buf.Offset()), int(buf.Size())))
         else:
-            buffer_sizes.append(int(buf.DataLength()))
+            field = buf._tab.Offset(4)  # the `data` vector of the Buffer table
+            start = buf._tab.Vector(field) if field else 0
+            bad.require(start + buf.DataLength() <= len(data), f"buffer {b} points past the end of the file")
+            buffers.append((int(start), int(buf.DataLength())))
+    buffer_sizes = [size for _, size in buffers]
     opcodes = []
     for i in range(model.OperatorCodesLength()):
         oc = model.OperatorCodes(i)
@@ -248,7 +276,7 @@ def _parse(data: bytes, shown: str) -> TFLiteModel:
         signatures.append(Signature(_text(sig.SignatureKey()), sg_index, maps[0], maps[1]))
     metadata = tuple(_text(model.Metadata(i).Name()) for i in range(model.MetadataLength()))
     return TFLiteModel(shown, hashlib.sha256(data).hexdigest(), len(data), int(model.Version()),
-                       _text(model.Description()), subgraphs, tuple(signatures), metadata)
+                       _text(model.Description()), subgraphs, tuple(signatures), metadata, tuple(buffers), data)
 
 
 class _Checker:
@@ -327,6 +355,8 @@ def _options(op: Any) -> dict[str, Any]:
             value = _ACTIVATIONS.get(value, value)
         elif name == "padding":
             value = _PADDINGS.get(value, value)
+        elif name == "weights_format":
+            value = _WEIGHTS_FORMATS.get(value, value)
         elif isinstance(value, bytes):
             value = _text(value)
         if value is None or isinstance(value, (bool, int, float, str, list)):
