@@ -1,46 +1,12 @@
-"""Constraint kinds: the code behind target rules.
-
-A constraint is a small function ``(op, model, **params) -> (ok, detail)``. Its
-docstring, formatted with the rule's parameters, *is* the rule text shown in
-reports, ``edgeconv targets show`` and docs/SUPPORTED_OPS.md. ``detail`` says what
-was observed when the rule does not hold.
-"""
+"""Core constraints: builtin ops, the op table, tensor dtypes, static shapes, quantization
+granularity and fixed output quantization, and the single-segment placement rule."""
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from ..converters.tflite_reader import OpInfo, TensorInfo, TensorType, TFLiteModel
-
-Check = tuple[bool, str]
-Constraint = Callable[..., Check]
-OK: Check = (True, "")
-
-CONSTRAINTS: dict[str, Constraint] = {}
-
-
-def constraint(fn: Constraint) -> Constraint:
-    CONSTRAINTS[fn.__name__] = fn
-    return fn
-
-
-def rule_text(fn: Constraint, params: dict[str, Any]) -> str:
-    doc = " ".join((inspect.getdoc(fn) or fn.__name__).split())
-    return doc.format(**{k: render_param(v) for k, v in params.items()})
-
-
-def render_param(value: Any) -> str:
-    if isinstance(value, (list, tuple)):
-        return ", ".join(render_param(v) for v in value)
-    return str(value)
-
-
-def params_of(fn: Constraint) -> dict[str, inspect.Parameter]:
-    """The rule parameters a constraint takes (its keyword-only arguments)."""
-    return {name: p for name, p in inspect.signature(fn).parameters.items()
-            if p.kind is inspect.Parameter.KEYWORD_ONLY}
+from ...converters.tflite_reader import OpInfo, TensorInfo, TensorType, TFLiteModel
+from .registry import OK, Check, DtypeSpecs, constraint
 
 
 def _tensors(op: OpInfo) -> list[TensorInfo]:
@@ -92,9 +58,8 @@ def expand_spec(specs: Sequence[str], count: int) -> list[str]:
 
 
 @constraint
-def tensor_dtype(op: OpInfo, model: TFLiteModel, *, inputs: list[str], outputs: list[str]) -> Check:
-    """Input tensors have dtypes [{inputs}] and output tensors [{outputs}], position by position
-    (float32-io: float32 only on a model input or output)."""
+def tensor_dtype(op: OpInfo, model: TFLiteModel, *, inputs: DtypeSpecs, outputs: DtypeSpecs) -> Check:
+    """Input tensors have dtypes [{inputs}] and output tensors [{outputs}], position by position."""
     io = model.io_tensors(op.subgraph)
     problems = []
     for kind, tensors, specs in (("input", op.inputs, inputs), ("output", op.outputs, outputs)):
@@ -138,4 +103,13 @@ def output_quantization(op: OpInfo, model: TFLiteModel, *, scale: float, zero_po
         return False, f"output '{out.name}' has no quantization parameters"
     if abs(q.scale[0] - scale) > 1e-6 * scale or q.zero_point[0] != zero_point:
         return False, f"output '{out.name}' has scale {q.scale[0]:.8g} and zero point {q.zero_point[0]}"
+    return OK
+
+
+@constraint
+def single_segment(op: OpInfo, model: TFLiteModel) -> Check:
+    """The op is inside the one contiguous segment the compiler maps: the segment starts at the first op
+    it can map and ends at the first op after that it cannot; that op and every op after it run on the
+    CPU, even ops it supports."""
+    # The checker applies this rule by position (see checker.place_prefix); on its own it holds.
     return OK
