@@ -1,10 +1,11 @@
 """Target files: what a target supports, as data, validated like the pipeline file.
 
-A target file (YAML, one per target) lists its sources, the rules every op must
-meet (``all_ops``), the supported-op table (``ops``: rules per op type) and notes
-that explain well-known unsupported ops. Each rule names a constraint kind from
-:mod:`edgeconv.targets.constraints` plus its parameters, the source of the fact,
-the status an op gets when it breaks the rule, and a fix hint.
+A target file (YAML, one per target) lists its sources, how the target places ops
+(``placement``), the rules every op must meet (``all_ops``), the supported-op table
+(``ops``: rules per op type) and notes that explain well-known unsupported ops.
+Each rule names a constraint kind from :mod:`edgeconv.targets.constraints` plus its
+parameters, the source of the fact, the effect of breaking it (default: the target's
+``default_effect``, else unsupported) and a fix hint.
 """
 
 from __future__ import annotations
@@ -39,6 +40,23 @@ class OpStatus(enum.Enum):
         return {"supported": 0, "cpu_fallback": 1, "unsupported": 2}[self.value]
 
 
+class Effect(enum.Enum):
+    """What breaking a rule does to the op."""
+
+    UNSUPPORTED = "unsupported"
+    CPU_FALLBACK = "cpu_fallback"
+    WARNING = "warning"  # reported; the op's status does not change (an unverified or size-dependent limit)
+
+    @property
+    def status(self) -> OpStatus:
+        return OpStatus.SUPPORTED if self is Effect.WARNING else OpStatus(self.value)
+
+
+class Placement(enum.Enum):
+    INDEPENDENT = "independent"  # each op placed on its own (XNNPACK partitions, kernels)
+    PREFIX = "prefix"  # one contiguous segment from the start (Edge TPU compiler)
+
+
 @dataclasses.dataclass(frozen=True)
 class Rule:
     id: str
@@ -46,7 +64,7 @@ class Rule:
     params: Mapping[str, Any]
     source: str
     fix: str = ""
-    status: OpStatus = OpStatus.UNSUPPORTED
+    effect: Effect = Effect.UNSUPPORTED
 
     @property
     def fn(self) -> Constraint:
@@ -80,6 +98,8 @@ class Target:
     description: str
     path: Path
     sources: Mapping[str, str]
+    placement: Placement
+    segment_rule: Rule | None  # the rule ops after the first blocking op break (prefix placement)
     all_ops: tuple[Rule, ...]
     ops: Mapping[str, OpEntry]
     unlisted: Rule
@@ -91,10 +111,10 @@ class Target:
         return self.ops.get(op_type)
 
 
-_TOP_KEYS = ("schema_version", "name", "title", "description", "sources", "unlisted", "notes", "fixes", "all_ops",
-             "ops")
-_RULE_KEYS = ("check", "id", "source", "fix", "status")
-_STATUS_NAMES = [s.value for s in OpStatus if s is not OpStatus.SUPPORTED]
+_TOP_KEYS = ("schema_version", "name", "title", "description", "sources", "placement", "default_effect",
+             "unlisted", "notes", "fixes", "all_ops", "ops")
+_RULE_KEYS = ("check", "id", "source", "fix", "effect")
+_EFFECTS = [e.value for e in Effect]
 
 
 def load_target_file(path: Path, expected_name: str | None = None) -> Target:
@@ -123,7 +143,9 @@ def load_target_file(path: Path, expected_name: str | None = None) -> Target:
             ctx.error(fix_node, f"fixes.{check}", f"unknown constraint {check!r} (allowed: "
                       f"{allowed_list(CONSTRAINTS)}){did_you_mean(check, CONSTRAINTS)}")
         fixes[check] = _scalar(fix_node, f"fixes.{check}", ctx)
-    all_ops = tuple(_rules(top.get("all_ops"), "all_ops", sources, ctx, fixes))
+    placement, segment_rule = _placement(top.get("placement"), sources, ctx)
+    default = _effect(top.get("default_effect"), "default_effect", ctx)
+    all_ops = tuple(_rules(top.get("all_ops"), "all_ops", sources, ctx, fixes, default))
     ops: dict[str, OpEntry] = {}
     for op_name, op_node in _mapping(top["ops"], "ops", ctx).items():
         key = f"ops.{op_name}"
@@ -134,19 +156,18 @@ def load_target_file(path: Path, expected_name: str | None = None) -> Target:
         fields = _mapping(op_node, key, ctx, allowed=("source", "rules", "note"))
         source = _source(fields.get("source"), f"{key}.source", sources, ctx)
         rules = tuple(dataclasses.replace(r, source=r.source or source)
-                      for r in _rules(fields.get("rules"), f"{key}.rules", sources, ctx, fixes))
+                      for r in _rules(fields.get("rules"), f"{key}.rules", sources, ctx, fixes, default))
         ids = [r.id for r in (*all_ops, *rules)]
         for dup in sorted({i for i in ids if ids.count(i) > 1}):
             ctx.error(op_node, key, f"two rules with id {dup!r}; give one an explicit 'id'")
         note = _scalar(fields["note"], f"{key}.note", ctx) if "note" in fields else ""
         ops[op_name] = OpEntry(op_name, source, rules, note)
-    unlisted_node = top.get("unlisted")
-    unlisted = Rule("op_listed", "op_listed", {}, next(iter(sources), ""), "", OpStatus.UNSUPPORTED)
-    if unlisted_node is not None:
-        fields = _mapping(unlisted_node, "unlisted", ctx, allowed=("source", "fix", "status"))
+    unlisted = Rule("op_listed", "op_listed", {}, next(iter(sources), ""))
+    if (unlisted_node := top.get("unlisted")) is not None:
+        fields = _mapping(unlisted_node, "unlisted", ctx, allowed=("source", "fix", "effect"))
         unlisted = Rule("op_listed", "op_listed", {}, _source(fields.get("source"), "unlisted.source", sources, ctx),
                         _scalar(fields["fix"], "unlisted.fix", ctx) if "fix" in fields else "",
-                        _status(fields.get("status"), "unlisted.status", ctx))
+                        _effect(fields.get("effect"), "unlisted.effect", ctx))
     notes: dict[str, KnownOp] = {}
     for op_name, note_node in _mapping(top.get("notes"), "notes", ctx).items():
         fields = _mapping(note_node, f"notes.{op_name}", ctx, allowed=("detail", "fix"))
@@ -156,9 +177,26 @@ def load_target_file(path: Path, expected_name: str | None = None) -> Target:
                                  _scalar(fields["fix"], f"notes.{op_name}.fix", ctx) if "fix" in fields else "")
     if ctx.problems:
         raise ConfigError(ctx.problems)
-    return Target(name, _scalar(top["title"], "title", ctx),
-                  " ".join(_scalar(top["description"], "description", ctx).split()) if "description" in top else "",
-                  path, sources, all_ops, ops, unlisted, notes)
+    description = " ".join(_scalar(top["description"], "description", ctx).split()) if "description" in top else ""
+    return Target(name, _scalar(top["title"], "title", ctx), description, path, sources, placement, segment_rule,
+                  all_ops, ops, unlisted, notes)
+
+
+def _placement(node: yaml.Node | None, sources: Mapping[str, str], ctx: Ctx) -> tuple[Placement, Rule | None]:
+    if node is None:
+        return Placement.INDEPENDENT, None
+    fields = _mapping(node, "placement", ctx, allowed=("kind", "source", "fix"))
+    kinds = [p.value for p in Placement]
+    kind = _scalar(fields.get("kind"), "placement.kind", ctx)
+    if kind not in kinds:
+        ctx.error(fields.get("kind", node), "placement.kind", f"unknown placement {kind!r} (allowed: "
+                  f"{allowed_list(kinds)}){did_you_mean(kind, kinds)}")
+        return Placement.INDEPENDENT, None
+    if kind == Placement.INDEPENDENT.value:
+        return Placement.INDEPENDENT, None
+    rule = Rule("single_segment", "single_segment", {}, _source(fields.get("source"), "placement.source", sources, ctx),
+                _scalar(fields["fix"], "placement.fix", ctx) if "fix" in fields else "", Effect.CPU_FALLBACK)
+    return Placement.PREFIX, rule
 
 
 def _mapping(node: yaml.Node | None, key: str, ctx: Ctx, allowed: tuple[str, ...] | None = None,
@@ -202,20 +240,20 @@ def _source(node: yaml.Node | None, key: str, sources: Mapping[str, str], ctx: C
     return value
 
 
-def _status(node: yaml.Node | None, key: str, ctx: Ctx) -> OpStatus:
+def _effect(node: yaml.Node | None, key: str, ctx: Ctx, default: Effect = Effect.UNSUPPORTED) -> Effect:
     if node is None:
-        return OpStatus.UNSUPPORTED
+        return default
     value = _scalar(node, key, ctx)
-    if value not in _STATUS_NAMES:
-        ctx.error(node, key, f"unknown status {value!r} (allowed: {allowed_list(_STATUS_NAMES)})"
-                  f"{did_you_mean(value, _STATUS_NAMES)}")
-        return OpStatus.UNSUPPORTED
-    return OpStatus(value)
+    if value not in _EFFECTS:
+        ctx.error(node, key, f"unknown effect {value!r} (allowed: {allowed_list(_EFFECTS)})"
+                  f"{did_you_mean(value, _EFFECTS)}")
+        return Effect.UNSUPPORTED
+    return Effect(value)
 
 
 def _rules(node: yaml.Node | None, key: str, sources: Mapping[str, str], ctx: Ctx,
-           fixes: Mapping[str, str]) -> list[Rule]:
-    """Rules of a list; a rule without its own ``fix`` takes the target's fix for its constraint."""
+           fixes: Mapping[str, str], default: Effect) -> list[Rule]:
+    """Rules of a list; a rule without its own ``fix`` or ``effect`` takes the target's."""
     if node is None or _yaml.is_null(node):
         return []
     if not isinstance(node, yaml.SequenceNode):
@@ -249,16 +287,18 @@ def _rules(node: yaml.Node | None, key: str, sources: Mapping[str, str], ctx: Ct
                 ctx.error(item, sub, f"constraint {check!r} needs parameter {name!r}")
         rule_id = _scalar(fields["id"], f"{sub}.id", ctx) if "id" in fields else check
         fix = _scalar(fields["fix"], f"{sub}.fix", ctx) if "fix" in fields else fixes.get(check, "")
-        rules.append(Rule(rule_id, check, params, _source(fields.get("source"), f"{sub}.source", sources, ctx)
-                          if "source" in fields or key == "all_ops" else "", fix,
-                          _status(fields.get("status"), f"{sub}.status", ctx)))
+        source = _source(fields.get("source"), f"{sub}.source", sources, ctx) \
+            if "source" in fields or key == "all_ops" else ""
+        rules.append(Rule(rule_id, check, params, source, fix,
+                          _effect(fields.get("effect"), f"{sub}.effect", ctx, default)))
     return rules
 
 
 def _param(node: yaml.Node, key: str, param: inspect.Parameter, ctx: Ctx) -> Any:
+    """A rule parameter, checked against the constraint's annotation."""
     value = yaml.safe_load(yaml.serialize(node))
     annotation = str(param.annotation)
-    if "list[str]" in annotation:
+    if annotation == "DtypeSpecs":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             return ctx.error(node, key, "expected a list of dtype specs")
         for spec in value:
@@ -267,8 +307,22 @@ def _param(node: yaml.Node, key: str, param: inspect.Parameter, ctx: Ctx) -> Any
                     ctx.error(node, key, f"unknown dtype {alt!r} (allowed: {allowed_list(DTYPE_TOKENS)})"
                               f"{did_you_mean(alt, DTYPE_TOKENS)}")
         return value
+    if annotation == "list[str]":
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+            return ctx.error(node, key, f"expected a non-empty list of names, got {value!r}")
+        return value
+    if annotation == "list[int]":
+        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return ctx.error(node, key, f"expected a list of integers, got {value!r}")
+        return value
+    if annotation == "list[Any]":
+        if not isinstance(value, list) or not value:
+            return ctx.error(node, key, f"expected a non-empty list, got {value!r}")
+        return value
     if annotation in ("float", "int") and (not isinstance(value, (int, float)) or isinstance(value, bool)):
         return ctx.error(node, key, f"expected a number, got {value!r}")
     if annotation == "int" and not isinstance(value, int):
         return ctx.error(node, key, f"expected an integer, got {value!r}")
+    if annotation == "str" and (not isinstance(value, str) or not value):
+        return ctx.error(node, key, f"expected a text value, got {value!r}")
     return value
