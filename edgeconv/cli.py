@@ -43,6 +43,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--target", action="append", dest="targets", metavar="NAME",
                    help="target name (repeatable; default generic-int8)")
     c.add_argument("--format", choices=("text", "json", "md"), default="text")
+    c.add_argument("--max-cpu-fallback", type=int, metavar="N",
+                   help="fail (exit 1) when more than N ops of a target fall back to the CPU")
+    c.add_argument("--min-mac-share", type=float, metavar="F",
+                   help="fail when less than this share (0..1) of the MACs runs supported on a target")
+    c.add_argument("--fail-on-warnings", action="store_true", help="fail when a target reports a warning")
 
     t = sub.add_parser("targets", help="list the built-in targets or show one target's rules")
     tsub = t.add_subparsers(dest="action", required=True)
@@ -71,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "validate":
             return _validate(args.pipeline)
         if args.command == "check":
-            return _check(args.model, args.targets or ["generic-int8"], args.format)
+            return _check(args)
         if args.command == "targets":
             return _targets(args)
         if args.command == "passes":
@@ -141,25 +146,48 @@ def _validate(path: Path) -> int:
     return EXIT_OK
 
 
-def _check(model: Path, targets: list[str], fmt: str) -> int:
+def _check(args: argparse.Namespace) -> int:
+    from .config import GatesConfig
     from .pipeline import check
     from .report import targets_markdown
 
-    result = check(model, targets)
+    targets = args.targets or ["generic-int8"]
+    gates = GatesConfig(
+        max_cpu_fallback_ops={t: args.max_cpu_fallback for t in targets} if args.max_cpu_fallback is not None else {},
+        min_supported_mac_share={t: args.min_mac_share for t in targets} if args.min_mac_share is not None else {},
+        fail_on_warnings=args.fail_on_warnings)
+    result = check(args.model, targets, gates)
     data = result.to_json()
-    if fmt == "json":
+    if args.format == "json":
         print(json.dumps(data, indent=2))
-    elif fmt == "md":
-        print("\n".join([f"# edgeconv check: {rel(model)}", ""] + targets_markdown(data)))
+    elif args.format == "md":
+        print("\n".join([f"# edgeconv check: {rel(args.model)}", ""] + targets_markdown(data)))
     else:
         for t in data:
-            c = t["counts"]
-            print(f"{t['name']}: {t['verdict'].upper()} ({c['supported']} supported, {c['cpu_fallback']} "
-                  f"cpu_fallback, {c['unsupported']} unsupported)")
-            for op in t["ops"]:
-                for v in op["violations"]:
-                    print(f"  #{op['index']} {op['type']} [{v['status']}] {v['rule']}: {v['detail']}")
+            _print_target(t)
+        for reason in result.gate["reasons"]:
+            print(f"gate: {reason}")
     return EXIT_OK if result.passed else EXIT_GATE
+
+
+def _print_target(t: dict[str, object]) -> None:
+    c, shares = t["counts"], t["shares"]
+    assert isinstance(c, dict) and isinstance(shares, dict)
+    print(f"{t['name']}: {str(t['verdict']).upper()} ({c['supported']} supported, {c['cpu_fallback']} cpu_fallback, "
+          f"{c['unsupported']} unsupported; {shares['macs']:.1%} of MACs supported)")
+    blocking = t.get("first_blocking_op")
+    if isinstance(blocking, dict):
+        print(f"  first blocking op: #{blocking['index']} {blocking['type']}: {'; '.join(blocking['reasons'])}")
+    ops = t["ops"]
+    assert isinstance(ops, list)
+    for op in ops:
+        if op.get("follows_blocking_op"):
+            continue
+        for v in op["violations"]:
+            print(f"  #{op['index']} {op['type']} [{v['effect']}] {v['rule']}: {v['detail']}")
+    following = sum(1 for op in ops if op.get("follows_blocking_op"))
+    if following:
+        print(f"  {following} later op(s) run on the CPU only because they follow the first blocking op")
 
 
 def _targets(args: argparse.Namespace) -> int:

@@ -110,6 +110,19 @@ class VerifyConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class GatesConfig:
+    """Thresholds that fail the build (exit 1) beyond the target verdicts. Keys are target names."""
+
+    max_cpu_fallback_ops: Mapping[str, int] = setting(
+        "Most ops allowed to fall back to the CPU (or to reference kernels), per target.", factory=dict)
+    min_supported_mac_share: Mapping[str, float] = setting(
+        "Least share (0..1) of the model's multiply-accumulates that must run supported, per target.",
+        factory=dict)
+    fail_on_warnings: bool = setting("Fail when a target reports a warning (an unverified or size-dependent "
+                                     "limit).", default=False)
+
+
+@dataclasses.dataclass(frozen=True)
 class OutputConfig:
     """Where the artifacts go."""
 
@@ -205,6 +218,7 @@ class PipelineConfig:
         json_schema=lambda: {"type": "array", "minItems": 1, "uniqueItems": True,
                              "items": {"enum": sorted(builtin_target_names())}})
     verify: VerifyConfig = setting("Numerical checks.", factory=VerifyConfig)
+    gates: GatesConfig = setting("Extra gates on the target results.", factory=GatesConfig)
     output: OutputConfig = setting("Output settings.", factory=OutputConfig)
     # Derived, not settable: where the pipeline file is.
     source: Path = dataclasses.field(default=Path("pipeline.yaml"), init=False, compare=False)
@@ -278,6 +292,14 @@ def _check_semantics(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
     if config.verify.pass_samples > cal.samples:
         ctx.error(_node_at(root, "verify", "pass_samples"), "verify.pass_samples",
                   f"{config.verify.pass_samples} is more than calibration.samples ({cal.samples})")
+    for key in ("max_cpu_fallback_ops", "min_supported_mac_share"):
+        for name, value in getattr(config.gates, key).items():
+            at = _node_at(root, "gates", key, name)
+            if name not in config.targets:
+                ctx.error(at, f"gates.{key}.{name}", f"{name!r} is not one of the pipeline's targets "
+                          f"({allowed_list(config.targets)}){did_you_mean(name, config.targets)}")
+            elif value < 0 or (key == "min_supported_mac_share" and value > 1):
+                ctx.error(at, f"gates.{key}.{name}", f"out of range: {value}")
     out = config.output.dir
     if out is not None and out.exists() and not out.is_dir():
         ctx.error(_node_at(root, "output", "dir"), "output.dir", f"{str(out)!r} exists and is not a folder")

@@ -20,13 +20,13 @@ from . import output, report
 from ._version import __version__
 from .calibration import SOURCES
 from .calibration.checks import CalibrationSet, check_file_arrays, file_sha256, match_signature, select
-from .config import PipelineConfig, load_pipeline, resolved_yaml
+from .config import GatesConfig, PipelineConfig, load_pipeline, resolved_yaml
 from .converters.tflite_reader import TFLiteModel, parse_tflite, read_tflite
 from .errors import ModelError, rel
 from .ir import FrozenGraph
 from .passes import PassResult
 from .targets import load_target
-from .targets.checker import TargetResult, Verdict, check_model
+from .targets.checker import TargetResult, check_model
 from .targets.target import Target
 
 log = logging.getLogger("edgeconv")
@@ -49,20 +49,24 @@ class BuildResult:
 class CheckResult:
     model: TFLiteModel
     targets: tuple[TargetResult, ...]
+    gate: dict[str, Any]
 
     @property
     def passed(self) -> bool:
-        return all(t.verdict is Verdict.PASS for t in self.targets)
+        return bool(self.gate["verdict"] == "pass")
 
     def to_json(self) -> list[dict[str, Any]]:
+        """The report's ``targets`` section for this model."""
         return report.targets_json(self.targets)
 
 
-def check(model_path: str | Path, targets: Sequence[str] = ("generic-int8",)) -> CheckResult:
-    """Check a .tflite file against targets. No TensorFlow involved."""
+def check(model_path: str | Path, targets: Sequence[str] = ("generic-int8",),
+          gates: GatesConfig | None = None) -> CheckResult:
+    """Check a .tflite file against targets (and gates). No TensorFlow involved."""
     loaded = [load_target(name) for name in targets]
     model = read_tflite(model_path)
-    return CheckResult(model, tuple(check_model(model, t) for t in loaded))
+    results = tuple(check_model(model, t) for t in loaded)
+    return CheckResult(model, results, report.gate_json(results, gates))
 
 
 def _toolchain() -> dict[str, str]:
@@ -234,6 +238,6 @@ def _report(config: PipelineConfig, out_dir: Path, loaded: Any, model: TFLiteMod
         },
         "tflite": report.model_json(model),
         "targets": report.targets_json(results, graph.layer_names()),
-        "gate": report.gate_json(results, extra_reasons),
+        "gate": report.gate_json(results, config.gates, extra_reasons),
     }
 

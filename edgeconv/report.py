@@ -12,11 +12,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .config import GatesConfig
 from .converters.tflite_reader import TensorInfo, TFLiteModel
 from .ir import source_layers
 from .passes.base import PassResult
 from .targets.checker import OpResult, TargetResult, Verdict
-from .targets.target import OpStatus
+from .targets.target import Effect, OpStatus, Placement
 
 REPORT_SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "report.schema.json"
@@ -32,11 +33,17 @@ def op_json(result: OpResult, layers: Sequence[str] | None) -> dict[str, Any]:
         "name": op.name,
         "status": result.status.value,
         "violations": [
-            {"rule": v.rule, "text": v.text, "detail": v.detail, "fix": v.fix, "status": v.status.value,
+            {"rule": v.rule, "text": v.text, "detail": v.detail, "fix": v.fix, "effect": v.effect.value,
              "source": v.source}
             for v in result.violations
         ],
+        "macs": result.cost.macs,
+        "weight_bytes": result.cost.weight_bytes,
     }
+    if result.cost.gemm is not None:
+        entry["gemm"] = dict(zip(("m", "n", "k"), result.cost.gemm))
+    if result.follows_blocking:
+        entry["follows_blocking_op"] = True
     if op.custom_code is not None:
         entry["custom_code"] = op.custom_code
     if layers is not None:
@@ -56,13 +63,36 @@ def op_layers(result: OpResult, layers: Sequence[str]) -> list[str]:
 
 
 def targets_json(results: Iterable[TargetResult], layers: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    return [{
-        "name": r.target.name,
-        "title": r.target.title,
-        "verdict": r.verdict.value,
-        "counts": r.counts(),
-        "ops": [op_json(o, layers) for o in r.ops],
-    } for r in results]
+    out = []
+    for r in results:
+        entry: dict[str, Any] = {
+            "name": r.target.name,
+            "title": r.target.title,
+            "verdict": r.verdict.value,
+            "counts": r.counts(),
+            "macs": r.macs(),
+            "shares": r.shares(),
+            "warnings": sum(len(o.warnings) for o in r.ops),
+            "weight_bytes": sum(o.cost.weight_bytes for o in r.ops),
+        }
+        if r.target.placement is Placement.PREFIX:
+            entry["first_blocking_op"] = _blocking_json(r.first_blocking, layers)
+        entry["ops"] = [op_json(o, layers) for o in r.ops]
+        out.append(entry)
+    return out
+
+
+def _blocking_json(result: OpResult | None, layers: Sequence[str] | None) -> dict[str, Any] | None:
+    """The root cause of a prefix placement's CPU fallback: the op, its reasons, its layers."""
+    if result is None:
+        return None
+    entry = {"index": result.op.index, "type": result.op.type, "name": result.op.name,
+             "rules": [v.rule for v in result.violations if v.effect is not Effect.WARNING],
+             "reasons": [v.detail for v in result.violations if v.effect is not Effect.WARNING],
+             "fixes": sorted({v.fix for v in result.violations if v.fix and v.effect is not Effect.WARNING})}
+    if layers is not None:
+        entry["source_layers"] = op_layers(result, layers)
+    return entry
 
 
 def tensor_json(t: TensorInfo) -> dict[str, Any]:
@@ -113,13 +143,30 @@ def pass_json(result: PassResult) -> dict[str, Any]:
     }
 
 
-def gate_json(results: Sequence[TargetResult], extra_reasons: Sequence[str] = ()) -> dict[str, Any]:
+def gate_json(results: Sequence[TargetResult], gates: GatesConfig | None = None,
+              extra_reasons: Sequence[str] = ()) -> dict[str, Any]:
+    """The release gate: failed targets, plus the configured thresholds."""
+    gates = gates or GatesConfig()
     reasons = list(extra_reasons)
     for r in results:
+        name = r.target.name
         if r.verdict is Verdict.FAIL:
             bad = Counter(o.op.label for o in r.ops if o.status is OpStatus.UNSUPPORTED)
-            listed = ", ".join(f"{k} x{v}" for k, v in sorted(bad.items()))
-            reasons.append(f"target {r.target.name}: {sum(bad.values())} unsupported op(s): {listed}")
+            reasons.append(f"target {name}: {sum(bad.values())} unsupported op(s): {_fmt_counts(bad)}")
+        fallback = [o for o in r.ops if o.status is OpStatus.CPU_FALLBACK]
+        limit = gates.max_cpu_fallback_ops.get(name)
+        if limit is not None and len(fallback) > limit:
+            first = r.first_blocking
+            cause = f"; first blocking op #{first.op.index} {first.op.type}" if first is not None else ""
+            reasons.append(f"target {name}: {len(fallback)} op(s) fall back to the CPU, more than "
+                           f"gates.max_cpu_fallback_ops.{name} = {limit}{cause}")
+        share = gates.min_supported_mac_share.get(name)
+        if share is not None and r.shares()["macs"] < share:
+            reasons.append(f"target {name}: {r.shares()['macs']:.1%} of the MACs run supported, less than "
+                           f"gates.min_supported_mac_share.{name} = {share:.1%}")
+        warnings = sum(len(o.warnings) for o in r.ops)
+        if gates.fail_on_warnings and warnings:
+            reasons.append(f"target {name}: {warnings} warning(s) and gates.fail_on_warnings is set")
     return {"verdict": "fail" if reasons else "pass", "reasons": reasons}
 
 
@@ -130,7 +177,7 @@ def dumps(report: Mapping[str, Any]) -> str:
 # -- Markdown -----------------------------------------------------------------------------------
 
 def _fmt_counts(counts: Mapping[str, int]) -> str:
-    return ", ".join(f"{k} x{v}" for k, v in counts.items()) or "nothing"
+    return ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())) or "nothing"
 
 
 def _esc(text: str) -> str:
@@ -138,22 +185,27 @@ def _esc(text: str) -> str:
 
 
 def targets_markdown(targets: Sequence[Mapping[str, Any]]) -> list[str]:
-    lines = ["| target | verdict | supported | cpu_fallback | unsupported |", "|---|---|---|---|---|"]
+    lines = ["| target | verdict | supported | cpu_fallback | unsupported | warnings | share of MACs supported |",
+             "|---|---|---|---|---|---|---|"]
     for t in targets:
         c = t["counts"]
         lines.append(f"| {t['name']} | **{t['verdict'].upper()}** | {c['supported']} | {c['cpu_fallback']} | "
-                     f"{c['unsupported']} |")
+                     f"{c['unsupported']} | {t['warnings']} | {t['shares']['macs']:.1%} |")
     for t in targets:
+        blocking = t.get("first_blocking_op")
+        if blocking:
+            where = ", ".join(blocking.get("source_layers", [])) or "-"
+            lines += ["", f"**{t['name']}: first blocking op #{blocking['index']} {blocking['type']}** (layers: "
+                      f"{_esc(where)}): {_esc('; '.join(blocking['reasons']))}. Every later op runs on the CPU."]
         groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
         for op in t["ops"]:
-            if op["status"] == "supported":
-                continue
             for v in op["violations"]:
-                groups.setdefault((op["type"], v["rule"], v["status"]), []).append({**op, "v": v})
+                if op["status"] != "supported" or v["effect"] == "warning":
+                    groups.setdefault((op["type"], v["rule"], v["effect"]), []).append({**op, "v": v})
         if not groups:
             continue
-        lines += ["", f"### Ops not supported by {t['name']}", "",
-                  "| op type | status | rule | reason (first seen) | ops | source layers | fix |",
+        lines += ["", f"### Ops not fully supported by {t['name']}", "",
+                  "| op type | effect | rule | reason (first seen) | ops | source layers | fix |",
                   "|---|---|---|---|---|---|---|"]
         for (op_type, rule, status), ops in sorted(groups.items()):
             first = ops[0]["v"]

@@ -74,6 +74,12 @@ def _load(path: Path) -> Any:
         raise ModelError(f"{shown}: cannot load the Keras model: {first}") from None
 
 
+def _input_name(tensor: Any) -> str:
+    history = getattr(tensor, "_keras_history", None)
+    operation = getattr(history, "operation", None)
+    return str(getattr(operation, "name", None) or tensor.name)
+
+
 def _layers(model: Any) -> tuple[Layer, ...]:
     import keras
 
@@ -136,7 +142,9 @@ def graph_from_keras(path: Path, *, batch_size: int, input_shapes: Mapping[str, 
     if not getattr(model, "inputs", None):
         raise ModelError(f"{rel(path)}: the model has no defined inputs (a subclassed model that was never "
                          "built); save it after calling it once, or as a functional model")
-    in_names = [t.name for t in model.inputs]
+    # The InputLayer's name (what Input(name=...) set) names the input; Keras gives the tensor
+    # itself a different, generated name before the model is saved.
+    in_names = [_input_name(t) for t in model.inputs]
     declared = [(n, tuple(t.shape)) for n, t in zip(in_names, model.inputs)]
     shapes = pin_shapes(declared, batch_size=batch_size, input_shapes=input_shapes)
     dtypes = {n: keras.backend.standardize_dtype(t.dtype) for n, t in zip(in_names, model.inputs)}
