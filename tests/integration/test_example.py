@@ -52,7 +52,13 @@ def test_int8_in_and_out_with_no_random_flex_or_float_ops(built: dict[str, Any])
     report = built["report"]
     assert report["artifacts"]["tflite"]["sha256"] == model.sha256
     assert report["artifacts"]["tflite"]["bytes"] == (built["out"] / "digits.tflite").stat().st_size
-    assert report["targets"][0]["counts"] == {"supported": 8, "cpu_fallback": 0, "unsupported": 0}
+    counts = {t["name"]: t["counts"] for t in report["targets"]}
+    assert counts == {
+        "generic-int8": {"supported": 8, "cpu_fallback": 0, "unsupported": 0},
+        "arm-neon": {"supported": 7, "cpu_fallback": 1, "unsupported": 0},  # int8 SOFTMAX: builtin kernel
+        "edgetpu": {"supported": 8, "cpu_fallback": 0, "unsupported": 0},
+        "tflm-cmsis-nn": {"supported": 7, "cpu_fallback": 1, "unsupported": 0},  # RESHAPE: reference kernel
+    }
 
 
 def test_strip_pass_log_names_the_dropout_layers(built: dict[str, Any]) -> None:
@@ -90,7 +96,8 @@ def test_resolved_pipeline_rebuilds_the_same_config(built: dict[str, Any]) -> No
 def test_markdown_report_reads_well(built: dict[str, Any]) -> None:
     text = (built["out"] / "report.md").read_text()
     assert text.startswith("# edgeconv report: digits\n\n**Gate: PASS**. Built `digits.tflite`")
-    assert "| generic-int8 | **PASS** | 8 | 0 | 0 |" in text
+    assert "| generic-int8 | **PASS** | 8 | 0 | 0 | 0 | 100.0% |" in text
+    assert "| edgetpu | **PASS** | 8 | 0 | 0 | 0 | 100.0% |" in text
     assert "Removed: Identity x15, NoOp x1." in text
     assert "- Dropout layer 'dropout1', rate=0.25" in text
 

@@ -21,7 +21,7 @@ def test_uint8_io_and_per_tensor_weights(example_copy: Path, capsys: pytest.Capt
     model = read_tflite(out / "digits.tflite")
     sg = model.main
     assert [sg.tensors[i].dtype for i in (*sg.inputs, *sg.outputs)] == [TensorType.UINT8, TensorType.UINT8]
-    assert [op.type for op in model.ops][0] == "QUANTIZE" and model.ops[-1].type == "QUANTIZE"
+    assert model.ops[0].type == "QUANTIZE" and model.ops[-1].type == "QUANTIZE"
     weights = [op.inputs[1] for op in model.ops if op.type in ("CONV_2D", "FULLY_CONNECTED")]
     assert weights and all(w is not None and w.quantization and not w.quantization.per_axis for w in weights)
     report = json.loads((out / "report.json").read_text())

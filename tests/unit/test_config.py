@@ -47,7 +47,7 @@ def problems(path: Path) -> list[str]:
 def test_shipped_example_is_valid() -> None:
     config = load_pipeline(REPO / "pipeline.yaml")
     assert config.build_name == "digits"
-    assert config.targets == ("generic-int8",)
+    assert config.targets == ("generic-int8", "arm-neon", "edgetpu", "tflm-cmsis-nn")
     assert [p.name for p in config.passes] == ["strip-training"]
     assert config.calibration.resolved_source() == "npz"
 
@@ -82,12 +82,13 @@ def test_resolved_pipeline_round_trips(project: Path) -> None:
 
 @pytest.mark.parametrize(("text", "expected"), [
     (MINIMAL + "calibraton: {path: cal.npz}\n",
-     "p.yaml:6: top level: unknown key 'calibraton' (allowed: calibration, model, name, output, passes, "
+     "p.yaml:6: top level: unknown key 'calibraton' (allowed: calibration, gates, model, name, output, passes, "
      "quantization, targets, verify, version); did you mean 'calibration'?"),
     (MINIMAL.replace("  path: cal.npz", "  path: cal.npz\n  sample: 10"),
      "p.yaml:6: calibration: unknown key 'sample' (allowed: path, samples, seed, source); did you mean 'samples'?"),
     (MINIMAL + "targets: [generic-int9]\n",
-     "p.yaml:6: targets[0]: unknown target 'generic-int9' (allowed: generic-int8); did you mean 'generic-int8'?"),
+     "p.yaml:6: targets[0]: unknown target 'generic-int9' (allowed: arm-neon, edgetpu, generic-int8, "
+     "tflm-cmsis-nn); did you mean 'generic-int8'?"),
     (MINIMAL + "passes: [strip-trainig]\n",
      "p.yaml:6: passes[0]: unknown pass 'strip-trainig' (allowed: strip-training); did you mean 'strip-training'?"),
     (MINIMAL + "quantization: {input_type: int4}\n",
@@ -148,7 +149,8 @@ def test_every_problem_is_reported_at_once(project: Path) -> None:
         "p.yaml:2: model: unknown key 'batch_sise' (allowed: batch_size, custom_modules, format, input_shapes, path);"
         " did you mean 'batch_size'?",
         "p.yaml:3: calibration.seed: must be >= 0, got -1",
-        "p.yaml:4: targets[0]: unknown target 'edgetpu-v2' (allowed: generic-int8)",
+        "p.yaml:4: targets[0]: unknown target 'edgetpu-v2' (allowed: arm-neon, edgetpu, generic-int8, tflm-cmsis-nn);"
+        " did you mean 'edgetpu'?",
     ]
 
 
@@ -196,5 +198,6 @@ def test_validate_cli_exit_codes(project: Path) -> None:
     result = run_edgeconv("validate", bad)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "edgeconv: error: bad.yaml:6: targets[0]: unknown target 'edge-tpu' (allowed: generic-int8)"]
+        "edgeconv: error: bad.yaml:6: targets[0]: unknown target 'edge-tpu' (allowed: arm-neon, edgetpu, generic-int8, "
+        "tflm-cmsis-nn); did you mean 'edgetpu'?"]
     assert json.loads(run_edgeconv("schema", "pipeline").stdout)["title"] == "edgeconv pipeline"

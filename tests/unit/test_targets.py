@@ -1,29 +1,30 @@
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import textwrap
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from edgeconv import ConfigError
 from edgeconv.converters.tflite_reader import (
     OpInfo,
-    Quantization,
-    SubgraphInfo,
     TensorInfo,
-    TensorType,
     TFLiteModel,
     parse_tflite,
     read_tflite,
 )
+from edgeconv.errors import allowed_list
 from edgeconv.targets import DATA_DIR, builtin_target_names, load_target
 from edgeconv.targets.checker import Verdict, check_model, check_op
 from edgeconv.targets.constraints import CONSTRAINTS, expand_spec
 from edgeconv.targets.target import Rule, Target, load_target_file
 
 from ..conftest import REPO, run_edgeconv
+from ..synthetic import Builder
 from ..tflite_edit import edit, tensor
 
 DATA = REPO / "tests" / "data"
@@ -55,56 +56,122 @@ def test_every_constraint_documents_its_rule() -> None:
 
 # -- every rule of every built-in target fails for its own reason ------------------------
 
-def _tensor(index: int, dtype: str, *, constant: bool = False, shape: tuple[int, ...] = (1, 4)) -> TensorInfo:
-    kind = TensorType(dtype)
-    quant = Quantization((0.05,), (0,)) if kind in (TensorType.INT8, TensorType.UINT8, TensorType.INT16) else None
-    return TensorInfo(index, f"t{index}", kind, shape, shape, quant, index if constant else 0, 64 if constant else 0)
-
-
-def _model(op: OpInfo, io: tuple[int, ...] = ()) -> TFLiteModel:
-    tensors = tuple(t for t in (*op.inputs, *op.outputs) if t is not None)
-    sg = SubgraphInfo(0, "main", tensors, (op,), io, ())
-    return TFLiteModel("synthetic", "0" * 64, 0, 3, "", (sg,), (), ())
-
-
 def _first(spec: str) -> str:
     alt = spec.removesuffix("...").split("|")[0]
     return {"any": "int8", "float32-io": "float32"}.get(alt, alt)
 
 
-def _conforming(op_type: str, rule: Rule) -> OpInfo:
+def _conforming(b: Builder, op_type: str, rule: Rule) -> tuple[list[TensorInfo], list[TensorInfo]]:
     ins = expand_spec(rule.params["inputs"], len(rule.params["inputs"]))
     outs = expand_spec(rule.params["outputs"], len(rule.params["outputs"]))
-    inputs = tuple(_tensor(i, _first(s)) for i, s in enumerate(ins))
-    outputs = tuple(_tensor(len(ins) + i, _first(s)) for i, s in enumerate(outs))
-    return OpInfo(0, 0, op_type, 1, None, inputs, outputs, {})
+    return [b.tensor(_first(s)) for s in ins], [b.tensor(_first(s)) for s in outs]
 
 
 def _violate(op_type: str, rule: Rule) -> tuple[OpInfo, TFLiteModel, str]:
-    """An op that breaks exactly this rule, and the detail the rule must report."""
-    if rule.check == "tensor_dtype":
-        op = _conforming(op_type, rule)
-        bad = "float32" if not any("float32" in s for s in rule.params["inputs"][:1]) else "int64"
-        changed = (_tensor(0, bad), *op.inputs[1:])
-        op = OpInfo(0, 0, op_type, 1, None, changed, op.outputs, {})
+    """An op that breaks this rule, and (part of) the detail the rule must report."""
+    op_type, _, code = op_type.partition(":")
+    b, p = Builder(), dict(rule.params)
+    b.custom_code = code or None
+    x, y = b.tensor, b.tensor
+    check = rule.check
+    if check == "tensor_dtype":
+        ins, outs = _conforming(b, op_type, rule)
+        bad = "float32" if "float32" not in p["inputs"][0] else "int64"
+        ins[0] = b.tensor(bad)
         island = " inside the model (a float island)" if bad == "float32" else ""
-        return op, _model(op), f"input 0 't0' is {bad}{island}, expected"
-    if rule.check == "output_quantization":
-        out = TensorInfo(1, "out", TensorType.INT8, (1, 4), (1, 4), Quantization((0.25,), (3,)), 0, 0)
-        op = OpInfo(0, 0, op_type, 1, None, (_tensor(0, "int8"),), (out,), {})
-        return op, _model(op), "output 'out' has scale 0.25 and zero point 3"
-    if rule.check == "shape_static":
-        t = TensorInfo(0, "dyn", TensorType.INT8, (1, 4), (-1, 4), Quantization((0.1,), (0,)), 0, 0)
-        op = OpInfo(0, 0, op_type, 1, None, (t,), (_tensor(1, "int8"),), {})
-        return op, _model(op), "dynamic shape: 'dyn' [-1, 4]"
-    if rule.check == "activation_per_tensor":
-        t = TensorInfo(0, "act", TensorType.INT8, (1, 4), (1, 4), Quantization((0.1, 0.2), (0, 0)), 0, 0)
-        op = OpInfo(0, 0, op_type, 1, None, (t,), (_tensor(1, "int8"),), {})
-        return op, _model(op), "'act' has 2 scales"
-    if rule.check == "op_builtin":
-        op = OpInfo(0, 0, "CUSTOM", 1, "FlexErf", (_tensor(0, "float32"),), (_tensor(1, "float32"),), {})
-        return op, _model(op, (0, 1)), "Flex op 'FlexErf'"
-    raise AssertionError(f"no violation recipe for constraint {rule.check}: add one")
+        return *b.op(op_type, ins, outs), f"input 0 't{ins[0].index}' is {bad}{island}, expected"
+    if check == "output_quantization":
+        return *b.op(op_type, [x()], [y(scale=0.25, zero_point=3, name="out")]), \
+            "output 'out' has scale 0.25 and zero point 3"
+    if check == "shape_static":
+        return *b.op(op_type, [x(signature=(-1, 4), name="dyn")], [y()]), "dynamic shape: 'dyn' [-1, 4]"
+    if check == "activation_per_tensor":
+        return *b.op(op_type, [x(scale=(0.1, 0.2), name="act")], [y()]), "'act' has 2 scales"
+    if check == "op_builtin":
+        return *b.op("CUSTOM", [x("float32")], [y("float32")], custom_code="FlexErf"), "Flex op 'FlexErf'"
+    if check == "op_version_runtime":
+        return *b.op(op_type, [x(), x()], [y()], version=99), "version 99 is newer than any version in the table"
+    if check == "tensor_outer_dims_one":
+        shape = (2,) + (3,) * p["inner"]
+        return *b.op(op_type, [x(shape=shape, name="big")], [y()]), f"'big' is {'x'.join(map(str, shape))}"
+    if check == "input_rank":
+        rank = max(p["ranks"]) + 1
+        return *b.op(op_type, [x(shape=(1,) * rank, name="r")], [y()]), f"has rank {rank}"
+    if check == "axis_not_batch":
+        if op_type in ("PAD", "PADV2", "MIRROR_PAD"):
+            pads = x("int32", (2, 2), value=[[1, 0], [0, 0]])
+            return *b.op(op_type, [x(shape=(1, 4)), pads], [y()]), "pads the batch axis by [1, 0]"
+        if op_type == "PACK":
+            return *b.op(op_type, [x(), x()], [y()], axis=0), "packs along axis 0"
+        axes = x("int32", (2,), value=[0, 2])
+        return *b.op(op_type, [x(shape=(1, 3, 4)), axes], [y()]), "reduces over axes [0, 2]"
+    if check == "reduce_depth_multiple":
+        depth = p["multiple"] + 1
+        axes = x("int32", (1,), value=[3])
+        return *b.op(op_type, [x(shape=(1, 2, 2, depth)), axes], [y()]), f"over a depth of {depth}"
+    if check == "innermost_elements_max":
+        n = p["maximum"] + 1
+        return *b.op(op_type, [x(shape=(1, n))], [y(shape=(1, n))]), f"has {n} elements"
+    if check == "output_innermost_only":
+        return *b.op(op_type, [x()], [y(shape=(1, 2, 3), name="o")]), "output 'o' is 1x2x3"
+    if check == "squeeze_leading_ones":
+        return *b.op(op_type, [x(shape=(3, 1, 4))], [y(shape=(3, 4))]), "squeezes 3x1x4 to 3x4"
+    if check == "alpha_innermost":
+        return *b.op(op_type, [x(), x(shape=(2, 3), value=np.zeros((2, 3)), name="alpha")], [y()]), \
+            "alpha 'alpha' is 2x3"
+    if check == "constant_inputs_zero_pad":
+        return *b.op(op_type, [x(), x(value=[1, 2, 3, 4]), x()], [y()]), "3 inputs, 1 of them constant"
+    if check == "operands_constant":
+        i = p["inputs"][0]
+        ins = [x() for _ in range(i + 1)]
+        return *b.op(op_type, ins, [y()]), f"not constant: input {i}"
+    if check == "input_present":
+        return *b.op(op_type, [x(), x(value=[1, 2, 3, 4])], [y()]), f"input {p['index']} is missing"
+    if check == "input_count":
+        n = p["maximum"] + 1
+        return *b.op(op_type, [x() for _ in range(n)], [y()]), f"{n} inputs"
+    if check == "output_count":
+        n = p["maximum"] + 1
+        return *b.op(op_type, [x("int32", (), value=3), x()], [y() for _ in range(n)]), f"{n} outputs"
+    if check == "paddings_non_negative":
+        pads = x("int32", (2, 2), value=[[0, 0], [-1, 0]])
+        return *b.op(op_type, [x(), pads], [y()]), "paddings [[0, 0], [-1, 0]]"
+    if check == "slice_strides_one":
+        idx = [x("int32", (2,), value=[0, 0]), x("int32", (2,), value=[1, 4]), x("int32", (2,), value=[1, 2])]
+        return *b.op(op_type, [x(), *idx], [y()], shrink_axis_mask=0), "strides [1, 2]"
+    if check == "fused_activation":
+        return *b.op(op_type, [x(), x()], [y()], fused_activation_function="TANH"), "fused activation TANH"
+    if check == "option_value":
+        bad = True if p["allowed"] == [False] else "__not_allowed__"
+        return *b.op(op_type, [x(), x()], [y()], **{p["option"]: bad}), f"{p['option']} is {bad}"
+    if check == "option_min":
+        low = p["minimum"] - 1
+        return *b.op(op_type, [x()], [y()], **{p["option"]: low}), f"{p['option']} is {low}"
+    if check == "dilation_equal":
+        return *b.op(op_type, [x()], [y()], dilation_w_factor=1, dilation_h_factor=2), "dilation 2x1"
+    if check == "unit_window_stride":
+        return *b.op(op_type, [x()], [y()], filter_height=1, filter_width=1, stride_h=2, stride_w=2), \
+            "1x1 window with stride 2x2"
+    if check == "input_output_scale_ratio":
+        return *b.op(op_type, [x(scale=p["maximum"] * 4.0), x(scale=1.0)], [y(scale=1.0)]), \
+            "input 0 / output scale"
+    if check == "product_scale_ratio":
+        return *b.op(op_type, [x(scale=p["maximum"] * 4.0), x(scale=1.0)], [y(scale=1.0)]), \
+            "input scales product / output scale"
+    if check == "requantize_same_sign":
+        return *b.op(op_type, [x("int8")], [y("uint8")]), "int8 to uint8"
+    if check == "kernel_dtype":
+        return *b.op(op_type, [x("float32")], [y("float32")]), "no optimized kernel for float32 input"
+    if check == "optimized_kernel":
+        return *b.op(op_type, [x()], [y()]), "only the portable reference kernel exists"
+    if check == "inputs_same_shape":
+        return *b.op(op_type, [x(shape=(1, 4)), x(shape=(4,))], [y()]), "broadcasts 1x4 with 4"
+    if check == "no_hybrid":
+        return *b.op(op_type, [x("float32", name="f"), x("int8", value=[1, 2, 3, 4], name="w")], [y("float32")]), \
+            "float32 input 'f' with int8 weights 'w'"
+    if check == "softmax_input_scale":
+        return *b.op(op_type, [x(scale=1e-9)], [y()]), "input scale 1e-09 gives a multiplier"
+    raise AssertionError(f"no violation recipe for constraint {check}: add one")
 
 
 def _all_rules() -> list[Any]:
@@ -122,23 +189,36 @@ def _all_rules() -> list[Any]:
 @pytest.mark.parametrize(("target", "op_type", "rule"), _all_rules())
 def test_every_rule_fails_for_its_own_reason(target: Target, op_type: str, rule: Rule) -> None:
     op, model, detail = _violate(op_type, rule)
-    result = check_op(op, model, target)
-    by_id = {v.rule: v for v in result.violations}
-    rule_id = f"{target.name}.{op.type}.{rule.id}"
-    assert rule_id in by_id, [v.rule for v in result.violations]
-    assert detail in by_id[rule_id].detail
-    assert by_id[rule_id].text == rule.text
-    assert result.status is rule.status
+    ok, observed = rule.fn(op, model, **rule.params)
+    assert not ok
+    assert detail in observed
+    if op.label == op_type or rule.check == "op_builtin":
+        result = check_op(op, model, target)
+        found = {v.rule: v for v in result.violations}
+        rule_id = f"{target.name}.{op.type}.{rule.id}"
+        assert rule_id in found, [v.rule for v in result.violations]
+        assert found[rule_id].text == rule.text and found[rule_id].effect is rule.effect
+
+
+def test_every_constraint_kind_is_used_or_tested() -> None:
+    used = {r.check for name in builtin_target_names() for entry in load_target(name).ops.values()
+            for r in (*load_target(name).all_ops, *entry.rules)}
+    assert used | {"op_listed", "single_segment"} == set(CONSTRAINTS)
 
 
 def test_conforming_ops_pass_their_dtype_rules() -> None:
-    target = load_target("generic-int8")
-    for name, entry in target.ops.items():
-        for rule in entry.rules:
-            if rule.check == "tensor_dtype":
-                op = _conforming(name, rule)
-                result = check_op(op, _model(op, tuple(range(len(op.inputs) + len(op.outputs)))), target)
-                assert not [v for v in result.violations if v.rule.endswith(".tensor_dtype")], name
+    for name in builtin_target_names():
+        target = load_target(name)
+        for op_name, entry in target.ops.items():
+            for rule in entry.rules:
+                if rule.check == "tensor_dtype":
+                    b = Builder()
+                    ins, outs = _conforming(b, op_name, rule)
+                    op, model = b.op(op_name.split(":")[0], ins, outs)
+                    model = dataclasses.replace(model, subgraphs=(dataclasses.replace(
+                        model.main, inputs=tuple(t.index for t in ins), outputs=tuple(t.index for t in outs)),))
+                    ok, detail = rule.fn(op, model, **rule.params)
+                    assert ok, (name, op_name, detail)
 
 
 # -- the same rules on real converted models ---------------------------------------------
@@ -199,8 +279,8 @@ def _target_file(tmp_path: Path, body: str) -> Path:
 
 @pytest.mark.parametrize(("body", "problem"), [
     ("ops:\n  ADD: {source: DOC, rules: [{check: tensor_dtyp, inputs: [int8], outputs: [int8]}]}\n",
-     "mine.yaml:7: ops.ADD.rules[0].check: unknown constraint 'tensor_dtyp' (allowed: activation_per_tensor, "
-     "op_builtin, op_listed, output_quantization, shape_static, tensor_dtype); did you mean 'tensor_dtype'?"),
+     f"mine.yaml:7: ops.ADD.rules[0].check: unknown constraint 'tensor_dtyp' (allowed: {allowed_list(CONSTRAINTS)}); "
+     "did you mean 'tensor_dtype'?"),
     ("ops:\n  ADDD: {source: DOC}\n", "mine.yaml:7: ops.ADDD: unknown TFLite op 'ADDD'; did you mean 'ADD'?"),
     ("ops:\n  ADD: {source: DOCS}\n", "mine.yaml:7: ops.ADD.source: unknown source 'DOCS' (defined: DOC); "
                                       "did you mean 'DOC'?"),
@@ -214,10 +294,16 @@ def _target_file(tmp_path: Path, body: str) -> Path:
      "mine.yaml:7: ops.ADD.rules[0]: constraint 'tensor_dtype' needs parameter 'outputs'"),
     ("ops:\n  ADD: {source: DOC, rules: [{check: output_quantization, scale: big, zero_point: 0}]}\n",
      "mine.yaml:7: ops.ADD.rules[0].scale: expected a number, got 'big'"),
-    ("ops:\n  ADD: {source: DOC, rules: [{check: shape_static, status: maybe}]}\n",
-     "mine.yaml:7: ops.ADD.rules[0].status: unknown status 'maybe' (allowed: cpu_fallback, unsupported)"),
-    ("opps: {}\n", "mine.yaml:6: top level: unknown key 'opps' (allowed: all_ops, description, fixes, name, notes, "
-                   "ops, schema_version, sources, title, unlisted); did you mean 'ops'?"),
+    ("ops:\n  ADD: {source: DOC, rules: [{check: shape_static, effect: maybe}]}\n",
+     "mine.yaml:7: ops.ADD.rules[0].effect: unknown effect 'maybe' (allowed: cpu_fallback, unsupported, warning)"),
+    ("ops:\n  ADD: {source: DOC, rules: [{check: shape_static, status: cpu_fallback}]}\n",
+     "mine.yaml:7: ops.ADD.rules[0]: unknown key 'status' for constraint 'shape_static' (allowed: check, effect, fix, "
+     "id, source)"),
+    ("placement: {kind: prefx, source: DOC}\nops: {}\n",
+     "mine.yaml:6: placement.kind: unknown placement 'prefx' (allowed: independent, prefix); did you mean 'prefix'?"),
+    ("opps: {}\n", "mine.yaml:6: top level: unknown key 'opps' (allowed: all_ops, default_effect, description, "
+                   "fixes, name, notes, ops, placement, schema_version, sources, title, unlisted); "
+                   "did you mean 'ops'?"),
 ])
 def test_target_file_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, problem: str) -> None:
     monkeypatch.chdir(tmp_path)
@@ -245,5 +331,5 @@ def test_targets_cli(tmp_path: Path) -> None:
            "0.00390625 and zero point -128." in shown.stdout
     bad = run_edgeconv("targets", "show", "generic-int9")
     assert bad.returncode == 2
-    assert bad.stderr.strip() == ("edgeconv: error: unknown target 'generic-int9' (allowed: generic-int8); "
-                                  "did you mean 'generic-int8'?")
+    assert bad.stderr.strip() == ("edgeconv: error: unknown target 'generic-int9' (allowed: arm-neon, edgetpu, "
+                                  "generic-int8, tflm-cmsis-nn); did you mean 'generic-int8'?")

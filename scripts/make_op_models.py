@@ -1,0 +1,147 @@
+"""Generate single-op int8 models for the target proof tests: tests/data/ops/<case>.int8.tflite.
+
+    python scripts/make_op_models.py [--out tests/data/ops] [CASE ...]
+
+Each case is one TF op (or a small idiom) traced with a static batch and converted to
+full integer int8 (int8 I/O, TFLITE_BUILTINS_INT8) with seeded calibration data. The
+converter leaves float islands (DEQUANTIZE -> op -> QUANTIZE) around ops without int8
+kernels; those cases test the float paths of the targets. tests/integration re-runs
+this generator and compares the result with the committed files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+import numpy as np
+
+OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "ops"
+S4 = (1, 6, 5, 4)  # N, H, W, C: every dimension distinct
+
+
+def cases() -> dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]]:
+    import tensorflow as tf
+
+    rng = np.random.default_rng(11)
+    w_conv = tf.constant(rng.normal(0, 0.3, (3, 3, 4, 7)).astype(np.float32))
+    w_dw = tf.constant(rng.normal(0, 0.3, (3, 3, 4, 1)).astype(np.float32))
+    w_tconv = tf.constant(rng.normal(0, 0.3, (3, 3, 4, 7)).astype(np.float32))  # (h, w, out, in)
+    w_fc = tf.constant(rng.normal(0, 0.3, (9, 5)).astype(np.float32))
+    const4 = tf.constant(rng.normal(0, 0.5, (1, 1, 1, 4)).astype(np.float32))
+    table: dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]] = {
+        "abs": (lambda x: tf.abs(x), [S4]),
+        "add": (lambda a, b: a + b, [S4, S4]),
+        "add_broadcast": (lambda x: x + const4, [S4]),
+        "add_relu": (lambda a, b: tf.nn.relu(a + b), [S4, S4]),
+        "argmax_int32": (lambda x: tf.argmax(x, axis=3, output_type=tf.int32), [S4]),
+        "avg_pool": (lambda x: tf.nn.avg_pool2d(x, 2, 2, "VALID"), [S4]),
+        "batch_matmul": (lambda a, b: tf.matmul(a, b), [(1, 3, 6), (1, 6, 5)]),
+        "batch2_conv": (lambda x: tf.nn.conv2d(x, w_conv, 1, "SAME"), [(2, 6, 5, 4)]),
+        "ceil": (lambda x: tf.math.ceil(x), [S4]),
+        "concat2": (lambda a, b: tf.concat([a, b], axis=3), [S4, S4]),
+        "concat5": (lambda *xs: tf.concat(list(xs), axis=3), [S4] * 5),
+        "concat6": (lambda *xs: tf.concat(list(xs), axis=3), [S4] * 6),
+        "conv2d": (lambda x: tf.nn.conv2d(x, w_conv, 1, "SAME"), [S4]),
+        "conv2d_dilated": (lambda x: tf.nn.conv2d(x, w_conv, 1, "SAME", dilations=2), [(1, 9, 8, 4)]),
+        "conv2d_relu6": (lambda x: tf.nn.relu6(tf.nn.conv2d(x, w_conv, 2, "VALID")), [(1, 9, 8, 4)]),
+        "cumsum": (lambda x: tf.cumsum(x, axis=3), [S4]),
+        "depth_to_space": (lambda x: tf.nn.depth_to_space(x, 2), [S4]),
+        "depthwise": (lambda x: tf.nn.depthwise_conv2d(x, w_dw, [1, 1, 1, 1], "SAME"), [S4]),
+        "div": (lambda a, b: a / (tf.abs(b) + 1.0), [S4, S4]),
+        "exp": (lambda x: tf.exp(x), [S4]),
+        "fully_connected": (lambda x: tf.matmul(x, w_fc), [(1, 9)]),
+        "gather": (lambda x: tf.gather(x, [0, 2, 3], axis=3), [S4]),
+        "hard_swish": (lambda x: x * tf.nn.relu6(x + 3.0) / 6.0, [S4]),
+        "l2_normalize": (lambda x: tf.math.l2_normalize(x, axis=3), [S4]),
+        "leaky_relu": (lambda x: tf.nn.leaky_relu(x, 0.2), [S4]),
+        "log": (lambda x: tf.math.log(tf.abs(x) + 1.0), [S4]),
+        "log_softmax": (lambda x: tf.nn.log_softmax(x), [(1, 7)]),
+        "logistic": (lambda x: tf.sigmoid(x), [S4]),
+        "max_pool": (lambda x: tf.nn.max_pool2d(x, 2, 2, "VALID"), [S4]),
+        "maximum": (lambda a, b: tf.maximum(a, b), [S4, S4]),
+        "mean_hw": (lambda x: tf.reduce_mean(x, axis=[1, 2], keepdims=True), [S4]),
+        "mean_c": (lambda x: tf.reduce_mean(x, axis=[3], keepdims=True), [S4]),
+        "minimum": (lambda a, b: tf.minimum(a, b), [S4, S4]),
+        "mirror_pad": (lambda x: tf.pad(x, [[0, 0], [1, 1], [1, 1], [0, 0]], mode="REFLECT"), [S4]),
+        "mul": (lambda a, b: a * b, [S4, S4]),
+        "neg": (lambda x: -x, [S4]),
+        "pack": (lambda a, b: tf.stack([a, b], axis=1), [(1, 8), (1, 8)]),
+        "pad": (lambda x: tf.pad(x, [[0, 0], [1, 1], [2, 2], [0, 0]]), [S4]),
+        "padv2": (lambda x: tf.pad(x, [[0, 0], [1, 1], [1, 1], [0, 0]], constant_values=0.5), [S4]),
+        "prelu_like": (lambda x: tf.maximum(x, 0.0) + 0.25 * tf.minimum(x, 0.0), [S4]),
+        "reduce_max": (lambda x: tf.reduce_max(x, axis=[3], keepdims=True), [S4]),
+        "reduce_min": (lambda x: tf.reduce_min(x, axis=[3], keepdims=True), [S4]),
+        "reduce_sum": (lambda x: tf.reduce_sum(x, axis=[1, 2], keepdims=True), [S4]),
+        "relu": (lambda x: tf.nn.relu(x), [S4]),
+        "relu6": (lambda x: tf.nn.relu6(x), [S4]),
+        "reshape": (lambda x: tf.reshape(x, (1, 30, 4)), [S4]),
+        "resize_bilinear": (lambda x: tf.image.resize(x, (12, 10), "bilinear"), [S4]),
+        "resize_nearest": (lambda x: tf.image.resize(x, (12, 10), "nearest"), [S4]),
+        "reverse": (lambda x: tf.reverse(x, [2]), [S4]),
+        "round": (lambda x: tf.round(x), [S4]),
+        "rsqrt": (lambda x: tf.math.rsqrt(tf.abs(x) + 1.0), [S4]),
+        "sin": (lambda x: tf.sin(x), [S4]),
+        "slice": (lambda x: tf.slice(x, [0, 1, 1, 0], [1, 4, 3, 4]), [S4]),
+        "softmax": (lambda x: tf.nn.softmax(x), [(1, 7)]),
+        "space_to_depth": (lambda x: tf.nn.space_to_depth(x, 2), [(1, 6, 4, 3)]),
+        "split2": (lambda x: tf.concat(tf.split(x, 2, axis=3)[::-1], axis=3), [S4]),
+        "split5": (lambda x: tf.concat(tf.split(x, 5, axis=3)[::-1], axis=3), [(1, 6, 5, 10)]),
+        "split_v": (lambda x: tf.concat(tf.split(x, [1, 3], axis=3)[::-1], axis=3), [S4]),
+        "square": (lambda x: tf.square(x), [S4]),
+        "squared_difference": (lambda a, b: tf.math.squared_difference(a, b), [S4, S4]),
+        "strided_slice": (lambda x: x[:, 1:5, 1:4, :], [S4]),
+        "strided_slice_s2": (lambda x: x[:, ::2, ::2, :], [S4]),
+        "sub": (lambda a, b: a - b, [S4, S4]),
+        "tanh": (lambda x: tf.tanh(x), [S4]),
+        "tile": (lambda x: tf.tile(x, [1, 2, 1, 1]), [S4]),
+        "transpose": (lambda x: tf.transpose(x, [0, 3, 1, 2]), [S4]),
+        "transpose_conv": (lambda x: tf.nn.conv2d_transpose(x, w_tconv, (1, 12, 10, 4), 2, "SAME"),
+                           [(1, 6, 5, 7)]),
+        "unpack": (lambda x: tf.unstack(x, axis=1)[1] + 0.0, [(1, 3, 8)]),
+    }
+    return table
+
+
+def convert(fn: Callable[..., Any], shapes: list[tuple[int, ...]], *, samples: int = 16, seed: int = 0) -> bytes:
+    import tensorflow as tf
+
+    specs = [tf.TensorSpec(s, tf.float32, name=f"in{i}") for i, s in enumerate(shapes)]
+    traced = tf.function(fn, input_signature=specs)
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([traced.get_concrete_function()], traced)
+    rng = np.random.default_rng(seed)
+
+    def representative() -> Any:
+        for _ in range(samples):
+            yield [rng.uniform(-1, 1, size=s).astype(np.float32) for s in shapes]
+
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = representative
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    converter.inference_input_type = tf.int8
+    converter.inference_output_type = tf.int8
+    converter.exclude_conversion_metadata = True
+    return bytes(converter.convert())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("cases", nargs="*")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    table = cases()
+    for name in args.cases or sorted(table):
+        fn, shapes = table[name]
+        (args.out / f"{name}.int8.tflite").write_bytes(convert(fn, shapes))
+        print(f"wrote {args.out / name}.int8.tflite")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""Target predictions against real runtimes on real conversions.
+
+TFLM: the tflite-micro Python interpreter (reference kernels) on every committed model.
+keras.applications MobileNetV2, MobileNetV3Small and EfficientNetB0, built by edgeconv with a
+static batch: XNNPACK's decisions and TFLM's. Edge TPU: Keras models whose answer the Coral
+documentation makes certain.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from edgeconv.cli import main
+from edgeconv.converters.tflite_reader import read_tflite
+from edgeconv.targets import load_target
+from edgeconv.targets.checker import check_model
+from edgeconv.targets.target import OpStatus
+
+from ..conftest import ORACLES, REPO
+from ..oracles import tflm_failed_op, tflm_runs, xnnpack_delegated
+
+MODELS = sorted((REPO / "tests" / "data" / "ops").glob("*.tflite")) + sorted((REPO / "tests" / "data").glob(
+    "*.tflite")) + [p for p in sorted(ORACLES.glob("*.tflite")) if not p.name.endswith("_edgetpu.tflite")
+                    and p.name != "model_invoking_error.tflite"]
+
+
+def assert_tflm_agrees(path: Path) -> None:
+    """Predicted unsupported ops <=> TFLM refuses the model, and TFLM's named op is among them."""
+    runs, log = tflm_runs(path)
+    result = check_model(read_tflite(path), load_target("tflm-cmsis-nn"))
+    unsupported = {r.op.type for r in result.ops if r.status is OpStatus.UNSUPPORTED}
+    assert runs == (not unsupported), (unsupported, log[-800:])
+    named = tflm_failed_op(log)
+    if not runs and named is not None:
+        assert named in unsupported, (named, unsupported)
+
+
+@pytest.mark.parametrize("path", MODELS, ids=[p.name for p in MODELS])
+def test_tflm_predicts_what_tflite_micro_refuses(path: Path) -> None:
+    assert_tflm_agrees(path)
+
+
+# -- keras.applications through edgeconv ------------------------------------------------------
+
+APPS = {
+    "mobilenet_v2": ("MobileNetV2", {"alpha": 0.35}),
+    "mobilenet_v3_small": ("MobileNetV3Small", {"include_preprocessing": False}),
+    "efficientnet_b0": ("EfficientNetB0", {}),
+}
+TARGETS = ["generic-int8", "arm-neon", "edgetpu", "tflm-cmsis-nn"]
+
+
+@pytest.fixture(scope="module")
+def apps(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The three architectures (untrained weights, seeded), built by edgeconv at 96x96, batch 1."""
+    import keras
+
+    root = tmp_path_factory.mktemp("apps")
+    built = {}
+    for name, (cls, kwargs) in APPS.items():
+        keras.utils.set_random_seed(0)
+        model = getattr(keras.applications, cls)(input_shape=(96, 96, 3), weights=None, **kwargs)
+        model.save(root / f"{name}.keras")
+        input_name = model.inputs[0]._keras_history.operation.name
+        data = np.random.default_rng(0).uniform(-1, 1, (16, 96, 96, 3)).astype(np.float32)
+        np.savez(root / f"{name}.npz", **{input_name: data})
+        (root / f"{name}.yaml").write_text(
+            f"version: 1\nmodel: {{path: {name}.keras}}\ncalibration: {{path: {name}.npz, samples: 16}}\n"
+            f"targets: [{', '.join(TARGETS)}]\n")
+        assert main(["build", str(root / f"{name}.yaml"), "-q"]) in (0, 1)
+        built[name] = root / "build" / name / f"{name}.tflite"
+    return built
+
+
+@pytest.mark.parametrize("name", list(APPS))
+def test_arm_neon_matches_xnnpack_on_real_architectures(apps: dict[str, Path], name: str) -> None:
+    result = check_model(read_tflite(apps[name]), load_target("arm-neon"))
+    predicted = [(r.op.index, r.op.type, r.status is OpStatus.SUPPORTED) for r in result.ops]
+    assert predicted == xnnpack_delegated(apps[name])
+
+
+@pytest.mark.parametrize("name", list(APPS))
+def test_tflm_matches_tflite_micro_on_real_architectures(apps: dict[str, Path], name: str) -> None:
+    assert_tflm_agrees(apps[name])
+
+
+def test_untrained_logits_would_abort_tflm_softmax(apps: dict[str, Path]) -> None:
+    """Untrained weights give near-constant logits; TFLM's int8 softmax aborts on such an input scale."""
+    report = json.loads((apps["mobilenet_v2"].parent / "report.json").read_text())
+    tflm = next(t for t in report["targets"] if t["name"] == "tflm-cmsis-nn")
+    (softmax,) = [op for op in tflm["ops"] if op["type"] == "SOFTMAX"]
+    assert softmax["status"] == "unsupported"
+    assert [v["rule"] for v in softmax["violations"] if v["effect"] == "unsupported"] == [
+        "tflm-cmsis-nn.SOFTMAX.softmax_input_scale"]
+
+
+def test_edgetpu_stops_mobilenet_v3_at_hard_swish(apps: dict[str, Path]) -> None:
+    """HARD_SWISH is not in the Edge TPU table: MobileNetV3 maps only its first conv."""
+    result = check_model(read_tflite(apps["mobilenet_v3_small"]), load_target("edgetpu"))
+    assert result.first_blocking is not None and result.first_blocking.op.type == "HARD_SWISH"
+    assert result.counts()["supported"] == 1 and result.shares()["macs"] < 0.1
+
+
+# -- Edge TPU cases the Coral documentation decides ----------------------------------------------
+
+def _edgetpu(tmp_path: Path, build: Any, shape: tuple[int, ...], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    import keras
+
+    keras.utils.set_random_seed(3)
+    inp = keras.Input(shape[1:], batch_size=shape[0], name="x")
+    keras.Model(inp, build(inp)).save(tmp_path / "m.keras")
+    np.savez(tmp_path / "cal.npz", x=np.random.default_rng(1).uniform(-1, 1, (8 * shape[0], *shape[1:]))
+             .astype(np.float32))
+    (tmp_path / "p.yaml").write_text(f"version: 1\nmodel: {{path: m.keras, batch_size: {shape[0]}}}\n"
+                                     f"calibration: {{path: cal.npz, samples: {8 * shape[0]}}}\n"
+                                     "targets: [edgetpu]\n")
+    assert main(["build", str(tmp_path / "p.yaml"), "-q"]) == 0, capsys.readouterr().err
+    report = json.loads((tmp_path / "build" / "m" / "report.json").read_text())
+    return dict(report["targets"][0])
+
+
+def test_edgetpu_pool_with_fused_activation_blocks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Coral table: MaxPool2d "No fused activation function" (relu(maxpool) fuses into MAX_POOL_2D)."""
+    from keras import layers
+
+    def build(x: Any) -> Any:
+        x = layers.Conv2D(5, 3, name="conv")(x)
+        x = layers.ReLU(name="after_pool")(layers.MaxPooling2D(name="pool")(x))
+        return layers.Dense(3, name="head")(layers.Flatten(name="flat")(x))
+
+    target = _edgetpu(tmp_path, build, (1, 10, 9, 2), capsys)
+    blocking = target["first_blocking_op"]
+    assert (blocking["type"], blocking["rules"]) == ("MAX_POOL_2D", ["edgetpu.MAX_POOL_2D.fused_activation"])
+    assert blocking["reasons"] == ["fused activation RELU"] and blocking["source_layers"] == ["after_pool", "pool"]
+    assert [op["type"] for op in target["ops"] if op.get("follows_blocking_op")] == ["RESHAPE", "FULLY_CONNECTED"]
+
+
+def test_edgetpu_batch_two_maps_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Coral requirements: more than 3 dimensions larger than 1 (batch 2) is not mapped."""
+    from keras import layers
+
+    target = _edgetpu(tmp_path, lambda x: layers.Conv2D(4, 3, name="conv")(x), (2, 7, 6, 3), capsys)
+    assert target["counts"] == {"supported": 0, "cpu_fallback": 1, "unsupported": 0}
+    assert target["first_blocking_op"] is None
+    assert [v["rule"] for v in target["ops"][0]["violations"]] == ["edgetpu.CONV_2D.tensor_outer_dims_one"]
+    assert target["shares"] == {"ops": 0.0, "macs": 0.0}
+
+
+def test_committed_op_models_are_what_the_generator_makes(tmp_path: Path) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_op_models", REPO / "scripts" / "make_op_models.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    committed = {p.name.removesuffix(".int8.tflite") for p in (REPO / "tests" / "data" / "ops").glob("*.tflite")}
+    assert committed == set(module.cases())
+
+    def shape(path: Path) -> list[Any]:
+        return [(op.label, op.version, [(t.dtype, t.shape) for t in op.inputs if t], [t.dtype for t in op.outputs])
+                for op in read_tflite(path).ops]
+
+    for name, (fn, shapes) in sorted(module.cases().items()):
+        fresh = tmp_path / f"{name}.int8.tflite"
+        fresh.write_bytes(module.convert(fn, shapes))
+        assert shape(fresh) == shape(REPO / "tests" / "data" / "ops" / f"{name}.int8.tflite"), name
+
+
+def test_check_on_a_real_network_is_fast_and_needs_no_tensorflow(apps: dict[str, Path]) -> None:
+    import subprocess
+    import sys
+    import time
+
+    probe = "import sys; from edgeconv.cli import main; code = main(sys.argv[1:]); " \
+            "sys.exit(3 if 'tensorflow' in sys.modules else code)"
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-c", probe, "check", str(apps["efficientnet_b0"]), "--target", "edgetpu",
+                             "--target", "arm-neon", "--format", "json"], capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)[0]["ops"]) == 239
+    assert elapsed < 1.5, f"check took {elapsed:.2f} s"

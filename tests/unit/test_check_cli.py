@@ -1,0 +1,92 @@
+"""edgeconv check: any .tflite, any built-in target, no TensorFlow; JSON = the report's targets section."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+
+from edgeconv.report import SCHEMA_PATH
+
+from ..conftest import ORACLES, REPO, run_edgeconv
+
+GEN_DOC = REPO / "scripts" / "gen_supported_ops.py"
+
+
+def targets_schema() -> dict[str, object]:
+    schema = json.loads(SCHEMA_PATH.read_text())
+    return {"$schema": schema["$schema"], "$defs": schema["$defs"], "$ref": "#/$defs/targets"}
+
+
+def test_json_is_the_report_targets_section_and_keeps_custom_codes() -> None:
+    result = run_edgeconv("check", ORACLES / "bodypix_mobilenet_v1_075_512_512_16_quant_decoder.tflite",
+                          "--target", "edgetpu", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    jsonschema.validate(data, targets_schema())
+    (target,) = data
+    assert target["name"] == "edgetpu"
+    custom = [op for op in target["ops"] if op["type"] == "CUSTOM"]
+    assert [op["custom_code"] for op in custom] == ["PosenetDecoderOp"]
+    assert target["first_blocking_op"]["index"] == custom[0]["index"]
+    conv = next(op for op in target["ops"] if op["type"] == "CONV_2D")
+    assert conv["macs"] == conv["gemm"]["m"] * conv["gemm"]["n"] * conv["gemm"]["k"] > 0
+
+
+@pytest.mark.parametrize(("args", "code", "line"), [
+    (["--target", "edgetpu"], 0,
+     "edgetpu: PASS (64 supported, 8 cpu_fallback, 0 unsupported; 82.9% of MACs supported)"),
+    (["--target", "edgetpu", "--max-cpu-fallback", "0"], 1,
+     "gate: target edgetpu: 8 op(s) fall back to the CPU, more than gates.max_cpu_fallback_ops.edgetpu = 0; first "
+     "blocking op #64 RESIZE_BILINEAR"),
+    (["--target", "edgetpu", "--min-mac-share", "0.9"], 1,
+     "gate: target edgetpu: 82.9% of the MACs run supported, less than gates.min_supported_mac_share.edgetpu = 90.0%"),
+    (["--target", "generic-int8"], 1, "gate: target generic-int8: 71 unsupported op(s): ADD x10, ARG_MAX x1, "
+     "AVERAGE_POOL_2D x1, CONCATENATION x1, CONV_2D x38, DEPTHWISE_CONV_2D x17, RESIZE_BILINEAR x3"),
+])
+def test_exit_codes_and_gates(args: list[str], code: int, line: str) -> None:
+    result = run_edgeconv("check", ORACLES / "deeplabv3_mnv2_dm05_pascal_quant.tflite", *args)
+    assert result.returncode == code, result.stderr
+    assert line in result.stdout.splitlines()
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (None, "edgeconv: error: model_invoking_error.tflite: invalid TFLite model: tensor 0 of subgraph 0 uses buffer "
+           "0, but the model has 0 buffers"),
+    (b"", "edgeconv: error: broken.tflite: the file is empty, not a TFLite model"),
+    (np.random.default_rng(5).bytes(3000), "edgeconv: error: broken.tflite: not a TFLite flatbuffer (no 'TFL3' file "
+                                           "identifier)"),
+])
+def test_broken_files_are_exit_2(tmp_path: Path, content: bytes | None, message: str) -> None:
+    if content is None:
+        (tmp_path / "model_invoking_error.tflite").write_bytes((ORACLES / "model_invoking_error.tflite").read_bytes())
+        name = "model_invoking_error.tflite"
+    else:
+        (tmp_path / "broken.tflite").write_bytes(content)
+        name = "broken.tflite"
+    result = run_edgeconv("check", name, "--target", "edgetpu", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip() == message
+
+
+def test_markdown_names_the_first_blocking_op() -> None:
+    result = run_edgeconv("check", ORACLES / "deeplabv3_mnv2_dm05_pascal_quant.tflite", "--target", "edgetpu",
+                          "--format", "md")
+    assert result.returncode == 0
+    assert ("**edgetpu: first blocking op #64 RESIZE_BILINEAR** (layers: -): align_corners is True. Every later op "
+            "runs on the CPU.") in result.stdout
+
+
+def test_supported_ops_doc_is_generated_from_the_targets() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_supported_ops", GEN_DOC)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    committed = (REPO / "docs" / "SUPPORTED_OPS.md").read_text()
+    assert committed == module.render(), "stale: run python scripts/gen_supported_ops.py"
+    assert "`edgetpu.<OP>.op_version_runtime`" in committed
