@@ -20,7 +20,7 @@ from ._schema import INVALID, Ctx, dump_value, json_schema_of, parse_dataclass, 
 from .calibration import SOURCES
 from .errors import ConfigError, allowed_list, did_you_mean, rel
 from .passes import PASSES, GraphPass
-from .targets import builtin_target_names
+from .targets import builtin_target_names, is_target_file, load_target
 
 SCHEMA_VERSION = 1
 
@@ -180,22 +180,43 @@ def _dump_passes(passes: tuple[GraphPass, ...], base_dir: Path) -> Any:
 
 
 def _parse_targets(node: yaml.Node, key: str, ctx: Ctx) -> Any:
+    """Built-in target names, or paths (relative to the pipeline) of the user's own target files."""
     if not isinstance(node, yaml.SequenceNode) or not node.value:
         return ctx.error(node, key, "expected a non-empty list of target names")
     names = builtin_target_names()
-    out = []
+    out: list[str] = []
+    seen: list[str] = []
     for i, item in enumerate(node.value):
         value = item.value if isinstance(item, yaml.ScalarNode) else None
-        if value not in names:
+        sub = f"{key}[{i}]"
+        if value is not None and is_target_file(value):
+            path = (ctx.base_dir / value).resolve()
+            if not path.is_file():
+                ctx.error(item, sub, f"target file not found: {value!r} (resolved to {path})")
+                continue
+            try:
+                name = load_target(str(path)).name
+            except ConfigError as exc:
+                ctx.problems.extend(exc.problems)
+                continue
+            value = str(path)
+        elif value in names:
+            name = value
+        else:
             shown = repr(value) if value is not None else "a non-name value"
-            ctx.error(item, f"{key}[{i}]", f"unknown target {shown} (allowed: {allowed_list(names)})"
-                      f"{did_you_mean(str(value), names)}")
+            ctx.error(item, sub, f"unknown target {shown} (allowed: {allowed_list(names)}, or a path to a target "
+                      f".yaml file){did_you_mean(str(value), names)}")
             continue
-        if value in out:
-            ctx.error(item, f"{key}[{i}]", f"target {value!r} is listed more than once")
+        if name in seen:
+            ctx.error(item, sub, f"target {name!r} is listed more than once")
             continue
+        seen.append(name)
         out.append(value)
     return tuple(out) if len(out) == len(node.value) else INVALID
+
+
+def _dump_targets(targets: tuple[str, ...], base_dir: Path) -> Any:
+    return [relpath(Path(t), base_dir) if is_target_file(t) else t for t in targets]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,9 +235,10 @@ class PipelineConfig:
     quantization: QuantizationConfig = setting("Quantization settings.", factory=QuantizationConfig)
     targets: tuple[str, ...] = setting(
         "Targets the .tflite is checked against; the build fails when one fails.",
-        factory=lambda: ("generic-int8",), parse=_parse_targets,
-        json_schema=lambda: {"type": "array", "minItems": 1, "uniqueItems": True,
-                             "items": {"enum": sorted(builtin_target_names())}})
+        factory=lambda: ("generic-int8",), parse=_parse_targets, dump=_dump_targets,
+        json_schema=lambda: {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"anyOf": [
+            {"enum": sorted(builtin_target_names())},
+            {"type": "string", "pattern": r"\.ya?ml$", "description": "path to a target file"}]}})
     verify: VerifyConfig = setting("Numerical checks.", factory=VerifyConfig)
     gates: GatesConfig = setting("Extra gates on the target results.", factory=GatesConfig)
     output: OutputConfig = setting("Output settings.", factory=OutputConfig)
@@ -292,12 +314,13 @@ def _check_semantics(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
     if config.verify.pass_samples > cal.samples:
         ctx.error(_node_at(root, "verify", "pass_samples"), "verify.pass_samples",
                   f"{config.verify.pass_samples} is more than calibration.samples ({cal.samples})")
+    target_names = [load_target(t).name for t in config.targets]
     for key in ("max_cpu_fallback_ops", "min_supported_mac_share"):
         for name, value in getattr(config.gates, key).items():
             at = _node_at(root, "gates", key, name)
-            if name not in config.targets:
+            if name not in target_names:
                 ctx.error(at, f"gates.{key}.{name}", f"{name!r} is not one of the pipeline's targets "
-                          f"({allowed_list(config.targets)}){did_you_mean(name, config.targets)}")
+                          f"({allowed_list(target_names)}){did_you_mean(name, target_names)}")
             elif value < 0 or (key == "min_supported_mac_share" and value > 1):
                 ctx.error(at, f"gates.{key}.{name}", f"out of range: {value}")
     out = config.output.dir

@@ -1,7 +1,8 @@
 """Targets: one data file per built-in target, the constraint kinds, the checker.
 
 Built-in targets are the files in ``targets/data``; their names are the file names.
-The pipeline's allowed target names come from this listing.
+The pipeline's allowed target names come from this listing. A reference that is a
+path to a ``.yaml`` file is a user's own target file, validated the same way.
 """
 
 from __future__ import annotations
@@ -19,10 +20,20 @@ def builtin_target_names() -> list[str]:
     return sorted(p.stem for p in DATA_DIR.glob("*.yaml"))
 
 
+TARGET_FILE_SUFFIXES = (".yaml", ".yml")
+
+
+def is_target_file(ref: str) -> bool:
+    return ref.endswith(TARGET_FILE_SUFFIXES)
+
+
 @functools.cache
-def load_target(name: str) -> Target:
-    """Load a built-in target by name (validated like a user's target file)."""
+def load_target(ref: str) -> Target:
+    """Load a built-in target by name, or a target file by path (both validated the same way)."""
+    if is_target_file(ref):
+        return load_target_file(Path(ref))
     names = builtin_target_names()
-    if name not in names:
-        raise ConfigError([f"unknown target {name!r} (allowed: {allowed_list(names)}){did_you_mean(name, names)}"])
-    return load_target_file(DATA_DIR / f"{name}.yaml", expected_name=name)
+    if ref not in names:
+        raise ConfigError([f"unknown target {ref!r} (allowed: {allowed_list(names)}, or a path to a target "
+                           f".yaml file){did_you_mean(ref, names)}"])
+    return load_target_file(DATA_DIR / f"{ref}.yaml", expected_name=ref)
