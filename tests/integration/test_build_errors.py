@@ -144,7 +144,7 @@ def test_bad_calibration_data(project: Path, capsys: pytest.CaptureFixture[str],
      "'samples'?"),
     (lambda t: t.replace("  - generic-int8", "  - generic-int"),
      "pipeline.yaml:22: targets[0]: unknown target 'generic-int' (allowed: arm-neon, edgetpu, generic-int8, "
-     "tflm-cmsis-nn); did you mean 'generic-int8'?"),
+     "tflm-cmsis-nn, or a path to a target .yaml file); did you mean 'generic-int8'?"),
     (lambda t: t.replace("path: examples/digits/model.keras", "path: examples/digits/modle.keras"),
      "pipeline.yaml:7: model.path: file not found: 'examples/digits/modle.keras' (resolved to "
      "{project}/examples/digits/modle.keras)"),

@@ -90,3 +90,20 @@ def test_supported_ops_doc_is_generated_from_the_targets() -> None:
     committed = (REPO / "docs" / "SUPPORTED_OPS.md").read_text()
     assert committed == module.render(), "stale: run python scripts/gen_supported_ops.py"
     assert "`edgetpu.<OP>.op_version_runtime`" in committed
+
+
+def test_check_against_a_users_target_file(tmp_path: Path) -> None:
+    (tmp_path / "npu.yaml").write_text(
+        "schema_version: 1\nname: my-npu\ntitle: My NPU\nsources: {DOC: vendor manual 2.1}\n"
+        "default_effect: cpu_fallback\nunlisted: {source: DOC, effect: cpu_fallback}\n"
+        "ops:\n  CONV_2D: {source: DOC, rules: [{check: fused_activation, allowed: [NONE]}]}\n")
+    model = REPO / "tests" / "data" / "conv2d-relu.int8.tflite"
+    result = run_edgeconv("check", model, "--target", "npu.yaml", "--format", "json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (target,) = json.loads(result.stdout)
+    assert target["name"] == "my-npu" and target["counts"]["cpu_fallback"] == 1
+    assert [v["rule"] for v in target["ops"][0]["violations"]] == ["my-npu.CONV_2D.fused_activation"]
+    shown = run_edgeconv("targets", "show", "npu.yaml", cwd=tmp_path)
+    assert "my-npu.CONV_2D.fused_activation: The fused activation function is one of: NONE." in shown.stdout
+    missing = run_edgeconv("check", model, "--target", "nope.yaml", cwd=tmp_path)
+    assert missing.returncode == 2 and missing.stderr.strip() == "edgeconv: error: nope.yaml: file not found"

@@ -88,7 +88,7 @@ def test_resolved_pipeline_round_trips(project: Path) -> None:
      "p.yaml:6: calibration: unknown key 'sample' (allowed: path, samples, seed, source); did you mean 'samples'?"),
     (MINIMAL + "targets: [generic-int9]\n",
      "p.yaml:6: targets[0]: unknown target 'generic-int9' (allowed: arm-neon, edgetpu, generic-int8, "
-     "tflm-cmsis-nn); did you mean 'generic-int8'?"),
+     "tflm-cmsis-nn, or a path to a target .yaml file); did you mean 'generic-int8'?"),
     (MINIMAL + "passes: [strip-trainig]\n",
      "p.yaml:6: passes[0]: unknown pass 'strip-trainig' (allowed: strip-training); did you mean 'strip-training'?"),
     (MINIMAL + "quantization: {input_type: int4}\n",
@@ -149,8 +149,8 @@ def test_every_problem_is_reported_at_once(project: Path) -> None:
         "p.yaml:2: model: unknown key 'batch_sise' (allowed: batch_size, custom_modules, format, input_shapes, path);"
         " did you mean 'batch_size'?",
         "p.yaml:3: calibration.seed: must be >= 0, got -1",
-        "p.yaml:4: targets[0]: unknown target 'edgetpu-v2' (allowed: arm-neon, edgetpu, generic-int8, tflm-cmsis-nn);"
-        " did you mean 'edgetpu'?",
+        "p.yaml:4: targets[0]: unknown target 'edgetpu-v2' (allowed: arm-neon, edgetpu, generic-int8, tflm-cmsis-nn, "
+        "or a path to a target .yaml file); did you mean 'edgetpu'?",
     ]
 
 
@@ -199,5 +199,48 @@ def test_validate_cli_exit_codes(project: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "edgeconv: error: bad.yaml:6: targets[0]: unknown target 'edge-tpu' (allowed: arm-neon, edgetpu, generic-int8, "
-        "tflm-cmsis-nn); did you mean 'edgetpu'?"]
+        "tflm-cmsis-nn, or a path to a target .yaml file); did you mean 'edgetpu'?"]
     assert json.loads(run_edgeconv("schema", "pipeline").stdout)["title"] == "edgeconv pipeline"
+
+
+MY_TARGET = """
+schema_version: 1
+name: my-npu
+title: My NPU
+sources: {DOC: "vendor manual 2.1, section 3"}
+ops:
+  CONV_2D: {source: DOC, rules: [{check: tensor_dtype, inputs: [int8, int8, int32], outputs: [int8]}]}
+"""
+
+
+def test_a_target_file_can_be_a_target(project: Path) -> None:
+    (project / "targets").mkdir()
+    (project / "targets" / "my_npu.yaml").write_text(MY_TARGET)
+    config = load_pipeline(write(project, MINIMAL + "targets: [generic-int8, targets/my_npu.yaml]\n"
+                                 "gates: {max_cpu_fallback_ops: {my-npu: 0}}\n"))
+    assert config.targets == ("generic-int8", str(project / "targets" / "my_npu.yaml"))
+    out = project / "build" / "m"
+    out.mkdir(parents=True)
+    assert yaml.safe_load(resolved_yaml(config, out))["targets"] == ["generic-int8", "../../targets/my_npu.yaml"]
+
+
+@pytest.mark.parametrize(("target_file", "line", "expected"), [
+    (None, "targets: [npu.yaml]\n",
+     "p.yaml:6: targets[0]: target file not found: 'npu.yaml' (resolved to {project}/npu.yaml)"),
+    (MY_TARGET.replace("tensor_dtype", "tensor_dtyp"), "targets: [npu.yaml]\n",
+     "npu.yaml:7: ops.CONV_2D.rules[0].check: unknown constraint 'tensor_dtyp' (allowed: {constraints}); did you mean "
+     "'tensor_dtype'?"),
+    (MY_TARGET, "targets: [npu.yaml, npu.yaml]\n", "p.yaml:6: targets[1]: target 'my-npu' is listed more than once"),
+    (MY_TARGET, "targets: [npu.yaml]\ngates: {max_cpu_fallback_ops: {edgetpu: 0}}\n",
+     "p.yaml:7: gates.max_cpu_fallback_ops.edgetpu: 'edgetpu' is not one of the pipeline's targets (my-npu)"),
+    (MY_TARGET, "targets: [npu.yaml]\ngates: {min_supported_mac_share: {my-npu: 1.5}}\n",
+     "p.yaml:7: gates.min_supported_mac_share.my-npu: out of range: 1.5"),
+])
+def test_target_file_and_gate_errors(project: Path, target_file: str | None, line: str, expected: str) -> None:
+    from edgeconv.errors import allowed_list
+    from edgeconv.targets.constraints import CONSTRAINTS
+
+    if target_file is not None:
+        (project / "npu.yaml").write_text(target_file)
+    assert problems(write(project, MINIMAL + line)) == [
+        expected.format(project=project, constraints=allowed_list(CONSTRAINTS))]

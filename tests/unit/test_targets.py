@@ -332,4 +332,5 @@ def test_targets_cli(tmp_path: Path) -> None:
     bad = run_edgeconv("targets", "show", "generic-int9")
     assert bad.returncode == 2
     assert bad.stderr.strip() == ("edgeconv: error: unknown target 'generic-int9' (allowed: arm-neon, edgetpu, "
-                                  "generic-int8, tflm-cmsis-nn); did you mean 'generic-int8'?")
+                                  "generic-int8, tflm-cmsis-nn, or a path to a target .yaml file); did you mean "
+                                  "'generic-int8'?")
