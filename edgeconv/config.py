@@ -21,6 +21,8 @@ from .calibration import SOURCES
 from .errors import ConfigError, allowed_list, did_you_mean, rel
 from .passes import PASSES, GraphPass
 from .targets import builtin_target_names, is_target_file, load_target
+from .targets.vela import INSTALL_HINT as VELA_HINT
+from .targets.vela import vela_available
 
 SCHEMA_VERSION = 1
 
@@ -202,6 +204,10 @@ def _parse_targets(node: yaml.Node, key: str, ctx: Ctx) -> Any:
             value = str(path)
         elif value in names:
             name = value
+            if load_target(value).compiler is not None and not vela_available():
+                ctx.error(item, sub, f"target {value!r} is checked by the Arm Vela compiler, which is not installed: "
+                          f"{VELA_HINT}")
+                continue
         else:
             shown = repr(value) if value is not None else "a non-name value"
             ctx.error(item, sub, f"unknown target {shown} (allowed: {allowed_list(names)}, or a path to a target "

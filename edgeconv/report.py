@@ -77,6 +77,8 @@ def targets_json(results: Iterable[TargetResult], layers: Sequence[str] | None =
         }
         if r.target.placement is Placement.PREFIX:
             entry["first_blocking_op"] = _blocking_json(r.first_blocking, layers)
+        if r.estimates is not None:
+            entry["estimates"] = dict(r.estimates)
         entry["ops"] = [op_json(o, layers) for o in r.ops]
         out.append(entry)
     return out

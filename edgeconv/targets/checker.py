@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections import Counter
+from collections.abc import Mapping
 
 from ..converters.tflite_reader import OpInfo, TFLiteModel
 from .cost import OpCost, op_cost
@@ -53,6 +54,7 @@ class TargetResult:
     target: Target
     ops: tuple[OpResult, ...]
     first_blocking: OpResult | None = None  # prefix placement: the root cause of the CPU fallback
+    estimates: Mapping[str, float] | None = None  # a compiler's own estimates (SRAM, flash, cycles)
 
     @property
     def verdict(self) -> Verdict:
@@ -108,7 +110,13 @@ def check_op(op: OpInfo, model: TFLiteModel, target: Target) -> OpResult:
 
 
 def check_model(model: TFLiteModel, target: Target) -> TargetResult:
-    """Evaluate every rule of ``target`` on every op of ``model``, then apply its placement."""
+    """Evaluate every rule of ``target`` on every op of ``model``, then apply its placement.
+
+    A compiler-backed target runs its compiler instead (see :mod:`edgeconv.targets.vela`)."""
+    if target.compiler is not None:
+        from .vela import place_with_vela
+
+        return place_with_vela(model, target)
     results = [check_op(op, model, target) for op in model.ops]
     if target.placement is Placement.PREFIX and target.segment_rule is not None:
         return _place_prefix(results, target, target.segment_rule)

@@ -12,10 +12,21 @@ def _rule_line(target: Target, op: str, rule: Rule) -> str:
     return line + (f"\n      fix: {rule.fix}" if rule.fix else "")
 
 
+def _compiler_lines(target: Target) -> list[str]:
+    c = target.compiler
+    assert c is not None
+    return [f"Checked by running {c.tool} (accelerator {c.accelerator_config}, system {c.system_config or 'default'}, "
+            f"memory mode {c.memory_mode or 'default'}); edgeconv[vela] must be installed.",
+            f"{target.name}.<OP>.{c.rule.id}: {c.rule.text} (if broken: {c.rule.effect.value}) [{c.rule.source}]"]
+
+
 def describe(target: Target) -> str:
     lines = [f"{target.name}: {target.title}", ""]
     if target.description:
         lines += [target.description, ""]
+    if target.compiler is not None:
+        lines += [*_compiler_lines(target), "", "Sources:"]
+        return "\n".join(lines + [f"  {key}: {text}" for key, text in target.sources.items()])
     lines.append("Rules for every op:")
     lines += [_rule_line(target, "<OP>", r) for r in target.all_ops]
     lines += ["", f"Supported ops ({len(target.ops)}), with their own rules:"]
@@ -51,6 +62,10 @@ def supported_ops_markdown(targets: list[Target]) -> str:
     lines += [f"- [{t.name}](#{t.name}): {t.title}" for t in targets]
     for t in targets:
         lines += ["", f"## {t.name}", "", f"**{t.title}.** {t.description}", ""]
+        if t.compiler is not None:
+            lines += [_md(line) for line in _compiler_lines(t)] + ["", "Sources:", ""]
+            lines += [f"- **{key}**: {text}" for key, text in t.sources.items()]
+            continue
         if t.segment_rule is not None:
             lines += [f"Placement (`{t.name}.<OP>.single_segment`, {t.segment_rule.effect.value}): "
                       f"{t.segment_rule.text} [{t.segment_rule.source}]", ""]

@@ -92,6 +92,17 @@ class KnownOp:
 
 
 @dataclasses.dataclass(frozen=True)
+class Compiler:
+    """A target whose placement a real compiler decides (edgeconv runs it, it does not guess)."""
+
+    tool: str  # "vela"
+    accelerator_config: str
+    system_config: str
+    memory_mode: str
+    rule: Rule  # the rule an op breaks when the compiler leaves it on the CPU
+
+
+@dataclasses.dataclass(frozen=True)
 class Target:
     name: str
     title: str
@@ -104,6 +115,7 @@ class Target:
     ops: Mapping[str, OpEntry]
     unlisted: Rule
     notes: Mapping[str, KnownOp]
+    compiler: Compiler | None = None
 
     def entry_for(self, op_type: str, custom_code: str | None) -> OpEntry | None:
         if custom_code is not None and f"{op_type}:{custom_code}" in self.ops:
@@ -112,7 +124,8 @@ class Target:
 
 
 _TOP_KEYS = ("schema_version", "name", "title", "description", "sources", "placement", "default_effect",
-             "unlisted", "notes", "fixes", "all_ops", "ops")
+             "compiler", "unlisted", "notes", "fixes", "all_ops", "ops")
+COMPILERS = ("vela",)
 _RULE_KEYS = ("check", "id", "source", "fix", "effect")
 _EFFECTS = [e.value for e in Effect]
 
@@ -124,7 +137,7 @@ def load_target_file(path: Path, expected_name: str | None = None) -> Target:
     if not isinstance(node, yaml.MappingNode):
         raise ConfigError([f"{ctx.file}:1: expected a mapping at the top level"])
     top = _mapping(node, "", ctx, allowed=_TOP_KEYS, extra_prefix="x-")
-    for key in ("schema_version", "name", "title", "sources", "ops"):
+    for key in ("schema_version", "name", "title", "sources", *(() if "compiler" in top else ("ops",))):
         if key not in top:
             ctx.error(node, "top level", f"missing required key {key!r}")
     if ctx.problems:
@@ -146,8 +159,9 @@ def load_target_file(path: Path, expected_name: str | None = None) -> Target:
     placement, segment_rule = _placement(top.get("placement"), sources, ctx)
     default = _effect(top.get("default_effect"), "default_effect", ctx)
     all_ops = tuple(_rules(top.get("all_ops"), "all_ops", sources, ctx, fixes, default))
+    compiler = _compiler(top.get("compiler"), sources, ctx)
     ops: dict[str, OpEntry] = {}
-    for op_name, op_node in _mapping(top["ops"], "ops", ctx).items():
+    for op_name, op_node in _mapping(top.get("ops"), "ops", ctx).items():
         key = f"ops.{op_name}"
         base = op_name.split(":", 1)[0]
         if base not in OP_NAMES:
@@ -179,7 +193,25 @@ def load_target_file(path: Path, expected_name: str | None = None) -> Target:
         raise ConfigError(ctx.problems)
     description = " ".join(_scalar(top["description"], "description", ctx).split()) if "description" in top else ""
     return Target(name, _scalar(top["title"], "title", ctx), description, path, sources, placement, segment_rule,
-                  all_ops, ops, unlisted, notes)
+                  all_ops, ops, unlisted, notes, compiler)
+
+
+def _compiler(node: yaml.Node | None, sources: Mapping[str, str], ctx: Ctx) -> Compiler | None:
+    if node is None:
+        return None
+    fields = _mapping(node, "compiler", ctx,
+                      allowed=("tool", "accelerator_config", "system_config", "memory_mode", "source", "fix"))
+    tool = _scalar(fields.get("tool"), "compiler.tool", ctx)
+    if tool and tool not in COMPILERS:
+        ctx.error(fields["tool"], "compiler.tool", f"unknown compiler {tool!r} (allowed: {allowed_list(COMPILERS)})"
+                  f"{did_you_mean(tool, COMPILERS)}")
+    optional = {k: _scalar(fields[k], f"compiler.{k}", ctx) if k in fields else "" for k in
+                ("system_config", "memory_mode")}
+    rule = Rule("compiler_placement", "compiler_placement", {},
+                _source(fields.get("source"), "compiler.source", sources, ctx),
+                _scalar(fields["fix"], "compiler.fix", ctx) if "fix" in fields else "", Effect.CPU_FALLBACK)
+    return Compiler(tool, _scalar(fields.get("accelerator_config"), "compiler.accelerator_config", ctx),
+                    optional["system_config"], optional["memory_mode"], rule)
 
 
 def _placement(node: yaml.Node | None, sources: Mapping[str, str], ctx: Ctx) -> tuple[Placement, Rule | None]:

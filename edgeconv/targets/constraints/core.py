@@ -113,3 +113,11 @@ def single_segment(op: OpInfo, model: TFLiteModel) -> Check:
     CPU, even ops it supports."""
     # The checker applies this rule by position (see checker.place_prefix); on its own it holds.
     return OK
+
+
+@constraint
+def compiler_placement(op: OpInfo, model: TFLiteModel) -> Check:
+    """The target's compiler places the op on the accelerator (checked by running the compiler on the
+    model: its own decision and reason)."""
+    # The compiler-backed checker applies this rule from the compiler's output; on its own it holds.
+    return OK
