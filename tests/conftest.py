@@ -16,6 +16,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 
+# How an unknown-target error lists the choices (the registry of built-in targets, plus files).
+TARGET_CHOICES = ("arm-neon, edgetpu, ethos-u55-128, ethos-u85-256, generic-int8, tflm-cmsis-nn, or a path to a "
+                  "target .yaml file")
+
+
 def run_edgeconv(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run the CLI in a fresh process, as a user would."""
     return subprocess.run([sys.executable, "-m", "edgeconv", *map(str, args)], capture_output=True, text=True,

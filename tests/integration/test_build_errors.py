@@ -16,7 +16,7 @@ from edgeconv.cli import main
 from edgeconv.output import CRASH_LOG
 from edgeconv.report import SCHEMA_PATH
 
-from ..conftest import run_edgeconv, tree
+from ..conftest import TARGET_CHOICES, run_edgeconv, tree
 from . import models
 
 
@@ -143,8 +143,8 @@ def test_bad_calibration_data(project: Path, capsys: pytest.CaptureFixture[str],
      "pipeline.yaml:13: calibration: unknown key 'sample' (allowed: path, samples, seed, source); did you mean "
      "'samples'?"),
     (lambda t: t.replace("  - generic-int8", "  - generic-int"),
-     "pipeline.yaml:22: targets[0]: unknown target 'generic-int' (allowed: arm-neon, edgetpu, generic-int8, "
-     "tflm-cmsis-nn, or a path to a target .yaml file); did you mean 'generic-int8'?"),
+     f"pipeline.yaml:22: targets[0]: unknown target 'generic-int' (allowed: {TARGET_CHOICES}); did you mean "
+     "'generic-int8'?"),
     (lambda t: t.replace("path: examples/digits/model.keras", "path: examples/digits/modle.keras"),
      "pipeline.yaml:7: model.path: file not found: 'examples/digits/modle.keras' (resolved to "
      "{project}/examples/digits/modle.keras)"),

@@ -12,7 +12,7 @@ from edgeconv import ConfigError, load_pipeline
 from edgeconv.config import pipeline_json_schema, pipeline_json_schema_text, resolved_yaml
 from edgeconv.passes import StripTrainingPass
 
-from ..conftest import REPO, run_edgeconv
+from ..conftest import REPO, TARGET_CHOICES, run_edgeconv
 
 
 @pytest.fixture
@@ -87,8 +87,7 @@ def test_resolved_pipeline_round_trips(project: Path) -> None:
     (MINIMAL.replace("  path: cal.npz", "  path: cal.npz\n  sample: 10"),
      "p.yaml:6: calibration: unknown key 'sample' (allowed: path, samples, seed, source); did you mean 'samples'?"),
     (MINIMAL + "targets: [generic-int9]\n",
-     "p.yaml:6: targets[0]: unknown target 'generic-int9' (allowed: arm-neon, edgetpu, generic-int8, "
-     "tflm-cmsis-nn, or a path to a target .yaml file); did you mean 'generic-int8'?"),
+     f"p.yaml:6: targets[0]: unknown target 'generic-int9' (allowed: {TARGET_CHOICES}); did you mean 'generic-int8'?"),
     (MINIMAL + "passes: [strip-trainig]\n",
      "p.yaml:6: passes[0]: unknown pass 'strip-trainig' (allowed: strip-training); did you mean 'strip-training'?"),
     (MINIMAL + "quantization: {input_type: int4}\n",
@@ -149,8 +148,7 @@ def test_every_problem_is_reported_at_once(project: Path) -> None:
         "p.yaml:2: model: unknown key 'batch_sise' (allowed: batch_size, custom_modules, format, input_shapes, path);"
         " did you mean 'batch_size'?",
         "p.yaml:3: calibration.seed: must be >= 0, got -1",
-        "p.yaml:4: targets[0]: unknown target 'edgetpu-v2' (allowed: arm-neon, edgetpu, generic-int8, tflm-cmsis-nn, "
-        "or a path to a target .yaml file); did you mean 'edgetpu'?",
+        f"p.yaml:4: targets[0]: unknown target 'edgetpu-v2' (allowed: {TARGET_CHOICES}); did you mean 'edgetpu'?",
     ]
 
 
@@ -198,8 +196,8 @@ def test_validate_cli_exit_codes(project: Path) -> None:
     result = run_edgeconv("validate", bad)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "edgeconv: error: bad.yaml:6: targets[0]: unknown target 'edge-tpu' (allowed: arm-neon, edgetpu, generic-int8, "
-        "tflm-cmsis-nn, or a path to a target .yaml file); did you mean 'edgetpu'?"]
+        f"edgeconv: error: bad.yaml:6: targets[0]: unknown target 'edge-tpu' (allowed: {TARGET_CHOICES}); did you "
+        "mean 'edgetpu'?"]
     assert json.loads(run_edgeconv("schema", "pipeline").stdout)["title"] == "edgeconv pipeline"
 
 

@@ -23,7 +23,7 @@ from edgeconv.targets.checker import Verdict, check_model, check_op
 from edgeconv.targets.constraints import CONSTRAINTS, expand_spec
 from edgeconv.targets.target import Rule, Target, load_target_file
 
-from ..conftest import REPO, run_edgeconv
+from ..conftest import REPO, TARGET_CHOICES, run_edgeconv
 from ..synthetic import Builder
 from ..tflite_edit import edit, tensor
 
@@ -203,7 +203,7 @@ def test_every_rule_fails_for_its_own_reason(target: Target, op_type: str, rule:
 def test_every_constraint_kind_is_used_or_tested() -> None:
     used = {r.check for name in builtin_target_names() for entry in load_target(name).ops.values()
             for r in (*load_target(name).all_ops, *entry.rules)}
-    assert used | {"op_listed", "single_segment"} == set(CONSTRAINTS)
+    assert used | {"op_listed", "single_segment", "compiler_placement"} == set(CONSTRAINTS)
 
 
 def test_conforming_ops_pass_their_dtype_rules() -> None:
@@ -301,8 +301,8 @@ def _target_file(tmp_path: Path, body: str) -> Path:
      "id, source)"),
     ("placement: {kind: prefx, source: DOC}\nops: {}\n",
      "mine.yaml:6: placement.kind: unknown placement 'prefx' (allowed: independent, prefix); did you mean 'prefix'?"),
-    ("opps: {}\n", "mine.yaml:6: top level: unknown key 'opps' (allowed: all_ops, default_effect, description, "
-                   "fixes, name, notes, ops, placement, schema_version, sources, title, unlisted); "
+    ("opps: {}\n", "mine.yaml:6: top level: unknown key 'opps' (allowed: all_ops, compiler, default_effect, "
+                   "description, fixes, name, notes, ops, placement, schema_version, sources, title, unlisted); "
                    "did you mean 'ops'?"),
 ])
 def test_target_file_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, problem: str) -> None:
@@ -331,6 +331,5 @@ def test_targets_cli(tmp_path: Path) -> None:
            "0.00390625 and zero point -128." in shown.stdout
     bad = run_edgeconv("targets", "show", "generic-int9")
     assert bad.returncode == 2
-    assert bad.stderr.strip() == ("edgeconv: error: unknown target 'generic-int9' (allowed: arm-neon, edgetpu, "
-                                  "generic-int8, tflm-cmsis-nn, or a path to a target .yaml file); did you mean "
-                                  "'generic-int8'?")
+    assert bad.stderr.strip() == (f"edgeconv: error: unknown target 'generic-int9' (allowed: {TARGET_CHOICES}); "
+                                  "did you mean 'generic-int8'?")
