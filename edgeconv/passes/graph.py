@@ -13,6 +13,9 @@ from typing import Any
 
 from ..ir import FrozenGraph, source_layers
 
+# Ops whose value is the shape of their input, a constant once input shapes are pinned.
+SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+
 
 def node_of(tensor: str) -> str:
     return tensor.lstrip("^").split(":")[0]
@@ -75,12 +78,18 @@ class GraphEditor:
         return seen
 
     def depends_on_inputs(self) -> set[str]:
-        """Nodes whose value depends on a model input (the data path)."""
+        """Nodes whose value depends on the values of a model input (the data path).
+
+        Input shapes are pinned, so a Shape/Size/Rank of a tensor on the data path is
+        a constant (what TF1 graphs with a ``None`` batch compute, e.g. for the shape
+        of a dropout mask), not data.
+        """
         inputs = {i.node for i in self.graph.inputs}
         order = self.topological()
         live: set[str] = set()
         for node in order:
-            if node.name in inputs or any(node_of(t) in live for t in self.data_inputs(node)):
+            if node.name in inputs or (node.op not in SHAPE_OPS
+                                       and any(node_of(t) in live for t in self.data_inputs(node))):
                 live.add(node.name)
         return live
 
@@ -150,3 +159,31 @@ class GraphEditor:
         outputs = tuple(o.__class__(o.name, tensor if ":" in tensor else f"{tensor}:0", o.shape, o.dtype)
                         for o, tensor in zip(self.graph.outputs, self.outputs))
         return self.graph.replace(graph_def=self.graph_def, outputs=outputs)
+
+
+# DataType enum values of the TF protobufs (types.proto) and the numpy dtype of each.
+_NUMPY_DTYPES = {1: "float32", 2: "float64", 3: "int32", 4: "uint8", 5: "int16", 6: "int8", 9: "int64", 10: "bool"}
+_VALUE_FIELDS = {1: "float_val", 2: "double_val", 3: "int_val", 4: "int_val", 5: "int_val", 6: "int_val",
+                 9: "int64_val", 10: "bool_val"}
+
+
+def const_value(node: Any) -> Any:
+    """The value of a ``Const`` node as a numpy array, or None when it is not a plain
+    numeric/bool constant. Reads the TensorProto fields directly (no TensorFlow)."""
+    import numpy as np
+
+    if node.op != "Const" or "value" not in node.attr:
+        return None
+    tensor = node.attr["value"].tensor
+    dtype = _NUMPY_DTYPES.get(tensor.dtype)
+    if dtype is None:
+        return None
+    shape = tuple(int(d.size) for d in tensor.tensor_shape.dim)
+    count = int(np.prod(shape)) if shape else 1
+    if tensor.tensor_content:
+        return np.frombuffer(tensor.tensor_content, dtype=dtype).reshape(shape)
+    values = list(getattr(tensor, _VALUE_FIELDS[tensor.dtype]))
+    if not values:
+        return np.zeros(shape, dtype=dtype)
+    values += [values[-1]] * (count - len(values))  # TF repeats the last value to fill the shape
+    return np.array(values[:count], dtype=dtype).reshape(shape)

@@ -8,7 +8,8 @@ from typing import Any, ClassVar
 from ..errors import ModelError
 from ..ir import FrozenGraph, source_layers
 from .base import PassResult, Removal, Rewrite
-from .graph import GraphEditor, canonical, node_of
+from .control_flow import fold_constant_conds
+from .graph import GraphEditor, canonical, const_value, node_of
 
 # Ops that draw random numbers, or compute seeds/keys for them.
 RANDOM_OPS = frozenset({
@@ -50,18 +51,21 @@ REASON_UNUSED = "no longer used by any output"
 
 @dataclasses.dataclass(frozen=True)
 class StripTrainingPass:
-    """Remove dropout and random-number subgraphs, identity chains, debug ops and
-    variable updates; refuse random ops whose inference meaning is not clear."""
+    """Fold tf.cond on bound predicates, remove dropout and random-number subgraphs,
+    identity chains, debug ops and variable updates; refuse random ops and batch
+    statistics whose inference meaning is not clear."""
 
     name: ClassVar[str] = "strip-training"
     summary: ClassVar[str] = (
-        "Remove Dropout/noise subgraphs (random ops and what only feeds them), Identity chains, "
-        "Assert/CheckNumerics/NoOp debug nodes and variable updates.")
+        "Fold tf.cond on constant (bound) predicates; remove Dropout/noise subgraphs (random ops and what only "
+        "feeds them), Identity chains, Assert/CheckNumerics/NoOp debug nodes and variable updates; refuse batch "
+        "norm in training mode.")
 
     def apply(self, graph: FrozenGraph) -> tuple[FrozenGraph, PassResult]:
         ed = GraphEditor(graph)
+        folded = fold_constant_conds(ed)
         reasons: dict[str, str] = {}
-        rewrites = self._rewrite_random(ed, reasons)
+        rewrites = folded.rewrites + self._rewrite_random(ed, reasons)
         for node in list(ed.graph_def.node):
             if node.op in IDENTITY_OPS or node.op in DEBUG_PASSTHROUGH_OPS:
                 data = ed.data_inputs(node)
@@ -78,7 +82,7 @@ class StripTrainingPass:
                 reasons[node.name] = REASON_STATE
         # A control edge must not keep alive what this pass removes (an Assert, a bypassed Identity).
         ed.drop_control_inputs(to=lambda n: n.name in reasons)
-        removed = tuple(
+        removed = tuple(folded.removed) + tuple(
             Removal(n.op, n.name, ed.layers_of(n.name), reasons.get(n.name, REASON_UNUSED))
             for n in ed.prune())
         self._refuse_leftovers(ed)
@@ -134,6 +138,38 @@ class StripTrainingPass:
                 raise ModelError(
                     f"{where} uses variable state at inference time ({node.op}); the model must be "
                     "frozen. Fix: call the layer with training=False so it does not update variables")
+            if node.op.startswith("FusedBatchNorm") and node.attr["is_training"].b:
+                raise ModelError(
+                    f"{node.op} {node.name!r} ({where}) normalises with the statistics of each batch "
+                    "(is_training=true): batch norm in training mode, and the graph does not say which moving "
+                    "statistics inference should use. Fix: export the graph with is_training=False, or bind "
+                    "the placeholder that selects training mode (model.bind)")
+        moments = _batch_moments(ed)
+        if moments is not None:
+            layers = ed.layers_of(moments.name)
+            where = f"layer {layers[-1]!r}" if layers else f"node {moments.name!r}"
+            raise ModelError(
+                f"{where} computes batch-norm moments over the batch axis at inference time (Mean "
+                f"{moments.name!r} over axis 0): batch norm in training mode. Fix: call the layer with "
+                "training=False (do not pass training=True inside call())")
+
+
+def _batch_moments(ed: GraphEditor) -> Any:
+    """A Mean over the batch axis feeding a SquaredDifference (the batch moments of
+    batch norm in training mode), on the data path; None when there is none."""
+    nodes = ed.nodes
+    live = ed.depends_on_inputs()
+    consumers = ed.consumers()
+    for node in ed.graph_def.node:
+        if node.op != "Mean" or node.name not in live:
+            continue
+        data = ed.data_inputs(node)
+        axes = const_value(nodes[node_of(data[1])]) if len(data) == 2 and node_of(data[1]) in nodes else None
+        if axes is None or 0 not in axes.reshape(-1).tolist():
+            continue
+        if any(c.op == "SquaredDifference" for c in consumers.get(node.name, [])):
+            return node
+    return None
 
 
 def _mask_region(start: str, consumers: dict[str, list[Any]], live: set[str], ed: GraphEditor) -> set[str]:
