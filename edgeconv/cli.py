@@ -138,11 +138,14 @@ def _build(config: object, args: argparse.Namespace) -> int:
 
 
 def _validate(path: Path) -> int:
-    from .config import load_pipeline
+    from .config import ModelFormat, load_pipeline
 
     config = load_pipeline(path)
-    print(f"{rel(path)}: valid (model {rel(config.model.path)}, targets {', '.join(config.targets)}, "
-          f"passes {', '.join(p.name for p in config.passes)})")
+    fmt = config.model.resolved_format()
+    steps = ("an existing .tflite: checks only" if fmt is ModelFormat.TFLITE
+             else f"passes {', '.join(p.name for p in config.passes) or 'none'}")
+    print(f"{rel(path)}: valid (model {rel(config.model.path)} ({fmt.value}), targets {', '.join(config.targets)}, "
+          f"{steps})")
     return EXIT_OK
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import types
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,11 @@ SCHEMA_VERSION = 1
 
 class ModelFormat(enum.Enum):
     AUTO = "auto"
-    KERAS = "keras"
+    KERAS = "keras"  # Keras 3 .keras archive
+    H5 = "h5"  # legacy Keras 2 HDF5
+    SAVEDMODEL = "savedmodel"  # SavedModel directory
+    GRAPHDEF = "graphdef"  # TF1 frozen GraphDef (.pb)
+    TFLITE = "tflite"  # an existing .tflite: no conversion, only the checks
 
 
 class QuantMode(enum.Enum):
@@ -41,16 +46,59 @@ class IOType(enum.Enum):
     UINT8 = "uint8"
 
 
-MODEL_SUFFIXES = {".keras": ModelFormat.KERAS}
+MODEL_SUFFIXES = {".keras": ModelFormat.KERAS, ".h5": ModelFormat.H5, ".hdf5": ModelFormat.H5,
+                  ".pb": ModelFormat.GRAPHDEF, ".tflite": ModelFormat.TFLITE}
+
+
+# Model settings that apply to some formats only.
+MODEL_KEY_FORMATS: dict[str, tuple[ModelFormat, ...]] = {
+    "signature": (ModelFormat.SAVEDMODEL,),
+    "bind": (ModelFormat.GRAPHDEF, ModelFormat.SAVEDMODEL),
+    "inputs": (ModelFormat.GRAPHDEF,),
+    "outputs": (ModelFormat.GRAPHDEF,),
+    "custom_modules": (ModelFormat.KERAS, ModelFormat.H5),
+}
+
+
+def _parse_bind(node: yaml.Node, key: str, ctx: Ctx) -> Any:
+    """Placeholder name -> constant (true/false or a number)."""
+    if not isinstance(node, yaml.MappingNode):
+        return ctx.error(node, key, "expected a mapping of placeholder name to value, e.g. {is_training: false}")
+    out: dict[str, bool | int | float] = {}
+    for k, v in node.value:
+        name = str(k.value)
+        value = yaml.safe_load(yaml.serialize(v)) if isinstance(v, yaml.ScalarNode) and v.style is None else None
+        if not isinstance(value, (bool, int, float)):
+            ctx.error(v, f"{key}.{name}", f"expected true, false or a number, got {_yaml_text(v)}")
+            continue
+        out[name] = value
+    return types.MappingProxyType(out) if len(out) == len(node.value) else INVALID
+
+
+def _yaml_text(node: yaml.Node) -> str:
+    return repr(node.value) if isinstance(node, yaml.ScalarNode) else "a collection"
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """The model to convert."""
 
-    path: Path = setting("Model file, relative to the pipeline file (.keras).", must_exist=True)
-    format: ModelFormat = setting("Model format; 'auto' picks it from the file suffix.",
+    path: Path = setting("Model file or SavedModel folder, relative to the pipeline file (.keras, .h5, .pb, "
+                         ".tflite, or a folder with saved_model.pb).", must_exist=True)
+    format: ModelFormat = setting("Model format; 'auto' picks it from the file suffix (a folder is a SavedModel).",
                                   default=ModelFormat.AUTO)
+    signature: str = setting("SavedModel signature to convert.", default="serving_default")
+    inputs: tuple[str, ...] = setting(
+        "GraphDef: the placeholders that are the model inputs (default: every placeholder not bound).",
+        factory=tuple)
+    outputs: tuple[str, ...] = setting(
+        "GraphDef: the nodes whose outputs are the model outputs (default: the nodes nothing else consumes).",
+        factory=tuple)
+    bind: Mapping[str, Any] = setting(
+        "GraphDef/SavedModel: placeholders to replace by constants before anything else, e.g. "
+        "{is_training: false}.",
+        factory=dict, parse=_parse_bind,
+        json_schema=lambda: {"type": "object", "additionalProperties": {"type": ["boolean", "number"]}})
     batch_size: int = setting("Batch size the model is traced with (the batch dimension is fixed).",
                               default=1, minimum=1)
     input_shapes: Mapping[str, tuple[int, ...]] = setting(
@@ -65,6 +113,8 @@ class ModelConfig:
     def resolved_format(self) -> ModelFormat:
         if self.format is not ModelFormat.AUTO:
             return self.format
+        if self.path.is_dir():
+            return ModelFormat.SAVEDMODEL
         return MODEL_SUFFIXES[self.path.suffix.lower()]
 
 
@@ -232,7 +282,8 @@ class PipelineConfig:
     version: int = setting(f"Pipeline schema version; must be {SCHEMA_VERSION}.",
                            json_schema=lambda: {"const": SCHEMA_VERSION})
     model: ModelConfig = setting("The model to convert.")
-    calibration: CalibrationConfig = setting("Representative data for calibration.")
+    calibration: CalibrationConfig | None = setting(
+        "Representative data for calibration (not needed when the model is already a .tflite).", default=None)
     name: str | None = setting("Name of the build; names the .tflite. Default: the model file stem.",
                                default=None)
     passes: tuple[GraphPass, ...] = setting(
@@ -295,19 +346,63 @@ def _node_at(node: yaml.Node, *keys: str) -> yaml.Node:
 
 def _check_semantics(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
     """Checks that involve more than one field or the file system."""
+    _check_model(config, root, ctx)
+    _check_calibration(config, root, ctx)
+    _check_gates(config, root, ctx)
+    out = config.output.dir
+    if out is not None and out.exists() and not out.is_dir():
+        ctx.error(_node_at(root, "output", "dir"), "output.dir", f"{str(out)!r} exists and is not a folder")
+
+
+def _check_model(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
     model = config.model
-    if model.format is ModelFormat.AUTO and model.path.suffix.lower() not in MODEL_SUFFIXES:
-        ctx.error(_node_at(root, "model", "path"), "model.path",
-                  f"cannot tell the model format from suffix {model.path.suffix or '(none)'!r} "
-                  f"(known: {allowed_list(MODEL_SUFFIXES)}); set model.format")
-    if model.path.is_dir() and model.resolved_format() is ModelFormat.KERAS:
-        ctx.error(_node_at(root, "model", "path"), "model.path",
-                  f"{relpath(model.path, ctx.base_dir)!r} is a directory; a .keras model is a file")
+    at_path = _node_at(root, "model", "path")
+    shown = relpath(model.path, ctx.base_dir)
+    if model.format is ModelFormat.AUTO and not model.path.is_dir() and model.path.suffix.lower() not in MODEL_SUFFIXES:
+        ctx.error(at_path, "model.path", f"cannot tell the model format from suffix {model.path.suffix or '(none)'!r} "
+                  f"(known: {allowed_list(MODEL_SUFFIXES)}, or a SavedModel folder); set model.format")
+        return
+    fmt = model.resolved_format()
+    if fmt is ModelFormat.SAVEDMODEL:
+        if not model.path.is_dir():
+            ctx.error(at_path, "model.path", f"{shown!r} is a file; a SavedModel is a folder")
+        elif not any((model.path / n).exists() for n in ("saved_model.pb", "saved_model.pbtxt")):
+            ctx.error(at_path, "model.path", f"{shown!r} is not a SavedModel folder (no saved_model.pb in it)")
+    elif model.path.is_dir():
+        ctx.error(at_path, "model.path", f"{shown!r} is a folder; a {fmt.value} model is a file")
+    for key in ("inputs", "outputs", "bind", "custom_modules"):
+        formats = MODEL_KEY_FORMATS[key]
+        if getattr(model, key) and fmt not in formats:
+            kinds = " and ".join(f.value for f in formats)
+            ctx.error(_node_at(root, "model", key), f"model.{key}",
+                      f"applies to {kinds} models only (this model is {fmt.value})")
+    if fmt is not ModelFormat.SAVEDMODEL and model.signature != "serving_default":
+        ctx.error(_node_at(root, "model", "signature"), "model.signature",
+                  f"applies to savedmodel models only (this model is {fmt.value})")
     for name, shape in model.input_shapes.items():
         if not shape or any(d < 1 for d in shape):
             ctx.error(_node_at(root, "model", "input_shapes", name), f"model.input_shapes.{name}",
                       f"expected a non-empty list of dimensions >= 1, got {list(shape)}")
-    cal = config.calibration
+
+
+def _is_tflite(model: ModelConfig) -> bool:
+    return model.format is ModelFormat.TFLITE or (model.format is ModelFormat.AUTO and not model.path.is_dir()
+                                                  and model.path.suffix.lower() == ".tflite")
+
+
+def _check_calibration(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
+    cal, model = config.calibration, config.model
+    if _is_tflite(model):
+        # Settings that would silently do nothing are errors, like unknown keys.
+        for key in ("calibration", "passes", "quantization", "verify"):
+            at = _node_at(root, key)
+            if at is not root:
+                ctx.error(at, key, "does not apply to an existing .tflite model (it is checked as it is: no "
+                          "passes, no conversion); remove it")
+        return
+    if cal is None:
+        ctx.error(root, "top level", "missing required key 'calibration' (only an existing .tflite needs none)")
+        return
     if cal.source is None and not any(cal.path.suffix.lower() in s.suffixes for s in SOURCES.values()):
         known = sorted(x for s in SOURCES.values() for x in s.suffixes)
         ctx.error(_node_at(root, "calibration", "path"), "calibration.path",
@@ -320,6 +415,9 @@ def _check_semantics(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
     if config.verify.pass_samples > cal.samples:
         ctx.error(_node_at(root, "verify", "pass_samples"), "verify.pass_samples",
                   f"{config.verify.pass_samples} is more than calibration.samples ({cal.samples})")
+
+
+def _check_gates(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
     target_names = [load_target(t).name for t in config.targets]
     for key in ("max_cpu_fallback_ops", "min_supported_mac_share"):
         for name, value in getattr(config.gates, key).items():
@@ -329,20 +427,32 @@ def _check_semantics(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
                           f"({allowed_list(target_names)}){did_you_mean(name, target_names)}")
             elif value < 0 or (key == "min_supported_mac_share" and value > 1):
                 ctx.error(at, f"gates.{key}.{name}", f"out of range: {value}")
-    out = config.output.dir
-    if out is not None and out.exists() and not out.is_dir():
-        ctx.error(_node_at(root, "output", "dir"), "output.dir", f"{str(out)!r} exists and is not a folder")
 
 
-def resolved_yaml(config: PipelineConfig, base_dir: Path) -> str:
+def resolved_yaml(config: PipelineConfig, base_dir: Path,
+                  graph_io: tuple[list[str], list[str]] | None = None) -> str:
     """The pipeline with every default filled in; paths relative to ``base_dir``.
 
     Written next to the built model, so that it can be rebuilt from there.
+    ``graph_io`` are the inputs and outputs a GraphDef loader chose.
     """
     data = dump_value(config, base_dir)
     data["name"] = config.build_name
-    data["calibration"]["source"] = config.calibration.resolved_source()
-    data["model"]["format"] = config.model.resolved_format().value
+    if config.calibration is not None:
+        data["calibration"]["source"] = config.calibration.resolved_source()
+    fmt = config.model.resolved_format()
+    data["model"]["format"] = fmt.value
+    # Settings that do not apply to this format are left out, not shown with defaults that do nothing.
+    for key, formats in MODEL_KEY_FORMATS.items():
+        if fmt not in formats:
+            data["model"].pop(key, None)
+    if fmt is ModelFormat.GRAPHDEF and graph_io is not None:
+        data["model"]["inputs"], data["model"]["outputs"] = (list(names) for names in graph_io)
+    if fmt is ModelFormat.TFLITE:
+        for key in ("calibration", "passes", "quantization", "verify"):
+            data.pop(key, None)
+        for key in ("batch_size", "input_shapes"):
+            data["model"].pop(key, None)
     data["output"]["dir"] = "."
     header = f"# Resolved by edgeconv from {config.source.name}: every setting, defaults included.\n"
     return header + _yaml.dump(data)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import hashlib
 import logging
 import math
 import os
@@ -20,11 +21,13 @@ from . import output, report
 from ._version import __version__
 from .calibration import SOURCES
 from .calibration.checks import CalibrationSet, check_file_arrays, file_sha256, match_signature, select
-from .config import GatesConfig, PipelineConfig, load_pipeline, resolved_yaml
+from .config import GatesConfig, ModelFormat, PipelineConfig, load_pipeline, resolved_yaml
+from .converters.model import LoadedModel
 from .converters.tflite_reader import TFLiteModel, parse_tflite, read_tflite
 from .errors import ModelError, rel
-from .ir import FrozenGraph
+from .ir import FrozenGraph, TensorSpec
 from .passes import PassResult
+from .passes.graph import canonical
 from .targets import load_target
 from .targets.checker import TargetResult, check_model
 from .targets.target import Target
@@ -99,7 +102,7 @@ def _equivalence(reference: Any, graph: FrozenGraph, calib: CalibrationSet, batc
             "per_output": worst, "passed": max_diff <= tolerance}
 
 
-def _inference_reference(loaded: Any, passes: Sequence[PassResult], feeds: dict[str, np.ndarray]) -> Any:
+def _inference_reference(loaded: LoadedModel, passes: Sequence[PassResult], feeds: dict[str, np.ndarray]) -> Any:
     """The model in inference mode, as the reference the cleaned graph must match.
 
     A layer that forces training behaviour makes ``model(x, training=False)`` random;
@@ -112,7 +115,7 @@ def _inference_reference(loaded: Any, passes: Sequence[PassResult], feeds: dict[
     roles = {layer.name: layer for layer in loaded.graph.layers if layer.training_only}
     forced = sorted({name for p in passes for r in p.rewrites for name in r.layers if name in roles})
     if forced:
-        reference = loaded.reference_without(forced)
+        reference = loaded.reference_for(forced)
         if _deterministic(reference, feeds):
             return reference
     named = ", ".join(f"{roles[n].class_name} {n!r}" for n in forced) or "its layers"
@@ -137,18 +140,19 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
     out_dir = Path(out).resolve() if out is not None else config.output_dir
     output.check_writable(out_dir)
     targets: list[Target] = [load_target(name) for name in config.targets]
+    if config.model.resolved_format() is ModelFormat.TFLITE:
+        return _check_existing(config, out_dir, targets)
 
     cal_cfg = config.calibration
+    assert cal_cfg is not None  # validation requires it for every format but tflite
     log.info("reading calibration data %s", rel(cal_cfg.path))
     arrays = SOURCES[cal_cfg.resolved_source()]().read(cal_cfg.path)
     check_file_arrays(arrays, cal_cfg.path)
 
-    log.info("loading %s and tracing it with training=False", rel(config.model.path))
-    from .converters.keras_loader import graph_from_keras
+    log.info("loading %s (%s) in inference mode", rel(config.model.path), config.model.resolved_format().value)
+    from .converters.loaders import load_model
 
-    loaded = graph_from_keras(config.model.path, batch_size=config.model.batch_size,
-                              input_shapes=config.model.input_shapes, custom_modules=config.model.custom_modules,
-                              base_dir=config.source.parent)
+    loaded = load_model(config.model, config.source.parent)
     keyed, notes = match_signature(arrays, loaded.graph.inputs, cal_cfg.path)
     calib = select(keyed, samples=cal_cfg.samples, seed=cal_cfg.seed, source=cal_cfg.resolved_source(),
                    path=cal_cfg.path, notes=notes)
@@ -179,23 +183,97 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
     extra = [] if equivalence["passed"] else [
         f"the passes changed the outputs: max abs difference {equivalence['max_abs_diff']:.3g} > "
         f"verify.pass_tolerance {equivalence['tolerance']:g}"]
-    body = _report(config, out_dir, loaded, model, pass_results, equivalence, calib, results, extra)
+    source = _model_json(config, out_dir, loaded.format, loaded.framework, loaded.graph.inputs,
+                         loaded.graph.outputs, len(loaded.graph.layers), loaded.notes)
+    body = _report(config, out_dir, source, model, [report.pass_json(p) for p in pass_results], equivalence,
+                   _quantization_json(config, out_dir, calib), results, loaded.graph.layer_names(), extra)
+    graph_io = ([i.node for i in loaded.graph.inputs], [canonical(o.tensor) for o in loaded.graph.outputs])
+    return _commit(config, out_dir, tflite_name, exported.tflite, body, results, graph_io)
+
+
+def _check_existing(config: PipelineConfig, out_dir: Path, targets: list[Target]) -> BuildResult:
+    """A .tflite model: nothing to load, clean or convert; check it and write the same outputs."""
+    path = config.model.path
+    log.info("reading %s (an existing .tflite: no passes, no conversion)", rel(path))
+    data = path.read_bytes()
+    tflite_name = f"{config.build_name}.tflite"
+    model = parse_tflite(data, rel(path))
+    log.info("checking %d ops against %s", len(model.ops), ", ".join(t.name for t in targets))
+    results = tuple(check_model(model, t) for t in targets)
+    io = report.model_json(model)
+    source = _model_json(config, out_dir, "tflite", "tflite", (), (), 0,
+                         ("an existing .tflite: loading, passes and conversion were skipped; only the checks ran",))
+    source["inputs"] = [{"name": t.get("signature_name", t["name"]), "shape": t["shape"], "dtype": t["dtype"]}
+                        for t in io["inputs"]]
+    source["outputs"] = [{"name": t.get("signature_name", t["name"]), "shape": t["shape"], "dtype": t["dtype"]}
+                         for t in io["outputs"]]
+    body = _report(config, out_dir, source, model, [], None, None, results, None, [])
+    return _commit(config, out_dir, tflite_name, data, body, results)
+
+
+def _commit(config: PipelineConfig, out_dir: Path, tflite_name: str, tflite: bytes, body: dict[str, Any],
+            results: tuple[TargetResult, ...], graph_io: tuple[list[str], list[str]] | None = None) -> BuildResult:
     files = {
-        tflite_name: exported.tflite,
+        tflite_name: tflite,
         "report.json": report.dumps(body).encode(),
         "report.md": report.to_markdown(body).encode(),
-        "pipeline.resolved.yaml": resolved_yaml(config, out_dir).encode(),
+        "pipeline.resolved.yaml": resolved_yaml(config, out_dir, graph_io).encode(),
     }
     output.commit(out_dir, files)
     log.info("wrote %s", rel(out_dir))
     return BuildResult(config, out_dir, out_dir / tflite_name, body, results)
 
 
-def _report(config: PipelineConfig, out_dir: Path, loaded: Any, model: TFLiteModel, passes: list[PassResult],
-            equivalence: dict[str, Any], calib: CalibrationSet, results: tuple[TargetResult, ...],
-            extra_reasons: list[str]) -> dict[str, Any]:
+def _model_sha256(path: Path) -> str:
+    """sha256 of a model file, or of a SavedModel folder (every file's relative path and bytes, sorted)."""
+    if path.is_file():
+        return file_sha256(path)
+    digest = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(f.relative_to(path).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(f.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _model_json(config: PipelineConfig, out_dir: Path, fmt: str, framework: str, inputs: Sequence[TensorSpec],
+                outputs: Sequence[TensorSpec], layers: int, notes: Sequence[str]) -> dict[str, Any]:
+    return {
+        "path": os.path.relpath(config.model.path, out_dir),
+        "format": fmt,
+        "framework": framework,
+        "sha256": _model_sha256(config.model.path),
+        "inputs": [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype} for i in inputs],
+        "outputs": [{"name": o.name, "shape": list(o.shape), "dtype": o.dtype} for o in outputs],
+        "layers": layers,
+        "notes": list(notes),
+    }
+
+
+def _quantization_json(config: PipelineConfig, out_dir: Path, calib: CalibrationSet) -> dict[str, Any]:
     q = config.quantization
-    graph: FrozenGraph = loaded.graph
+    return {
+        "mode": q.mode.value,
+        "input_type": q.input_type.value,
+        "output_type": q.output_type.value,
+        "per_channel": q.per_channel,
+        "calibration": {
+            "source": calib.source,
+            "path": os.path.relpath(calib.path, out_dir),
+            "file_sha256": calib.file_sha256,
+            "available": calib.available,
+            "samples": calib.count,
+            "seed": calib.seed,
+            "samples_sha256": calib.sha256(),
+            "stats": calib.stats(),
+            "notes": list(calib.notes),
+        },
+    }
+
+
+def _report(config: PipelineConfig, out_dir: Path, source: dict[str, Any], model: TFLiteModel,
+            passes: list[dict[str, Any]], equivalence: dict[str, Any] | None,
+            quantization: dict[str, Any] | None, results: tuple[TargetResult, ...],
+            layers: Sequence[str] | None, extra_reasons: list[str]) -> dict[str, Any]:
     return {
         "schema_version": report.REPORT_SCHEMA_VERSION,
         "edgeconv_version": __version__,
@@ -203,41 +281,16 @@ def _report(config: PipelineConfig, out_dir: Path, loaded: Any, model: TFLiteMod
         "name": config.build_name,
         "pipeline": os.path.relpath(config.source, out_dir),
         "toolchain": _toolchain(),
-        "model": {
-            "path": os.path.relpath(config.model.path, out_dir),
-            "format": loaded.format,
-            "framework": loaded.framework,
-            "sha256": file_sha256(config.model.path),
-            "inputs": [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype} for i in graph.inputs],
-            "outputs": [{"name": o.name, "shape": list(o.shape), "dtype": o.dtype} for o in graph.outputs],
-            "layers": len(graph.layers),
-        },
+        "model": source,
         "artifacts": {
             "tflite": {"path": f"{config.build_name}.tflite", "sha256": model.sha256, "bytes": model.size},
             "report_md": {"path": "report.md"},
             "resolved_pipeline": {"path": "pipeline.resolved.yaml"},
         },
-        "passes": [report.pass_json(p) for p in passes],
+        "passes": passes,
         "equivalence": equivalence,
-        "quantization": {
-            "mode": q.mode.value,
-            "input_type": q.input_type.value,
-            "output_type": q.output_type.value,
-            "per_channel": q.per_channel,
-            "calibration": {
-                "source": calib.source,
-                "path": os.path.relpath(calib.path, out_dir),
-                "file_sha256": calib.file_sha256,
-                "available": calib.available,
-                "samples": calib.count,
-                "seed": calib.seed,
-                "samples_sha256": calib.sha256(),
-                "stats": calib.stats(),
-                "notes": list(calib.notes),
-            },
-        },
+        "quantization": quantization,
         "tflite": report.model_json(model),
-        "targets": report.targets_json(results, graph.layer_names()),
+        "targets": report.targets_json(results, layers),
         "gate": report.gate_json(results, config.gates, extra_reasons),
     }
-

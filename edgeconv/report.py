@@ -223,41 +223,64 @@ def to_markdown(report: Mapping[str, Any]) -> str:
     gate = report["gate"]
     tfl = report["artifacts"]["tflite"]
     q = report["quantization"]
+    model = report["model"]
+    how = (f"{q['mode']}, {q['input_type']} in / {q['output_type']} out" if q is not None
+           else "an existing .tflite, checked as it is")
     lines = [f"# edgeconv report: {report['name']}", "",
-             f"**Gate: {gate['verdict'].upper()}**. Built `{tfl['path']}` ({tfl['bytes']:,} bytes, "
-             f"{q['mode']}, {q['input_type']} in / {q['output_type']} out) from `{report['model']['path']}`.", ""]
+             f"**Gate: {gate['verdict'].upper()}**. Built `{tfl['path']}` ({tfl['bytes']:,} bytes, {how}) from "
+             f"`{model['path']}` ({model['format']}).", ""]
     for reason in gate["reasons"]:
         lines.append(f"- {reason}")
     if gate["reasons"]:
         lines.append("")
+    if model.get("notes"):
+        lines += ["## Loading", ""] + [f"- {_esc(n)}" for n in model["notes"]] + [""]
     lines += ["## Targets", ""] + targets_markdown(report["targets"]) + [""]
-    lines += ["## What the passes changed", ""]
+    if report["passes"]:
+        lines += ["## What the passes changed", ""]
     for p in report["passes"]:
-        lines += [f"### {p['name']}", "", f"Removed: {_fmt_counts(p['removed'])}.", ""]
-        if p["removed_by_layer"]:
-            lines += ["| source layer | removed ops |", "|---|---|"]
-            lines += [f"| {layer} | {_fmt_counts(c)} |" for layer, c in p["removed_by_layer"].items()]
-            lines.append("")
-        if p["removed_by_reason"]:
-            lines += ["| why | removed ops |", "|---|---|"]
-            lines += [f"| {_esc(reason)} | {_fmt_counts(c)} |" for reason, c in p["removed_by_reason"].items()]
-            lines.append("")
-        for r in p["rewrites"]:
-            lines.append(f"- rewrite in {', '.join(r['layers']) or r['node']}: {r['description']}")
-        for note in p["notes"]:
-            lines.append(f"- {note}")
-        lines.append("")
+        lines += passes_markdown(p)
     eq = report["equivalence"]
-    lines += ["## Passes changed nothing that matters", "",
-              f"Max abs difference between the model in inference mode and the cleaned graph over "
-              f"{eq['samples']} calibration samples: **{eq['max_abs_diff']:.3g}** (limit {eq['tolerance']:g}): "
-              f"{'ok' if eq['passed'] else 'FAILED'}.", ""]
-    cal = q["calibration"]
-    lines += ["## Calibration", "",
-              f"{cal['samples']} of {cal['available']} samples from `{cal['path']}` ({cal['source']}, seed "
-              f"{cal['seed']}), samples sha256 `{cal['samples_sha256'][:16]}...`.", ""]
-    lines += ["| input | min | max | mean | std |", "|---|---|---|---|---|"]
-    lines += [f"| {name} | {s['min']:.4g} | {s['max']:.4g} | {s['mean']:.4g} | {s['std']:.4g} |"
-              for name, s in cal["stats"].items()]
-    lines.append("")
+    if eq is not None:
+        lines += ["## Passes changed nothing that matters", "",
+                  f"Max abs difference between the model in inference mode and the cleaned graph over "
+                  f"{eq['samples']} calibration samples: **{eq['max_abs_diff']:.3g}** (limit {eq['tolerance']:g}): "
+                  f"{'ok' if eq['passed'] else 'FAILED'}.", ""]
+    if q is not None:
+        cal = q["calibration"]
+        lines += ["## Calibration", "",
+                  f"{cal['samples']} of {cal['available']} samples from `{cal['path']}` ({cal['source']}, seed "
+                  f"{cal['seed']}), samples sha256 `{cal['samples_sha256'][:16]}...`.", ""]
+        lines += ["| input | min | max | mean | std |", "|---|---|---|---|---|"]
+        lines += [f"| {name} | {s['min']:.4g} | {s['max']:.4g} | {s['mean']:.4g} | {s['std']:.4g} |"
+                  for name, s in cal["stats"].items()]
+        lines.append("")
     return "\n".join(lines)
+
+
+def passes_markdown(p: Mapping[str, Any]) -> list[str]:
+    """One pass for a person: what it did per layer, why, and the op counts."""
+    before, after = sum(p["ops_before"].values()), sum(p["ops_after"].values())
+    lines = [f"### {p['name']}", ""]
+    if not p["removed"] and not p["rewrites"]:
+        lines += [f"Nothing to do: {before} graph ops, none removed.", ""]
+    else:
+        lines += [f"{before} graph ops before, {after} after; removed {sum(p['removed'].values())}: "
+                  f"{_fmt_counts(p['removed'])}.", ""]
+    if p["rewrites"]:
+        lines += ["| where | what changed |", "|---|---|"]
+        lines += [f"| {_esc(', '.join(r['layers']) or r['node'])} | {_esc(r['description'])} |"
+                  for r in p["rewrites"]]
+        lines.append("")
+    if p["removed_by_layer"]:
+        lines += ["| source layer | removed ops |", "|---|---|"]
+        lines += [f"| {_esc(layer)} | {_fmt_counts(c)} |" for layer, c in p["removed_by_layer"].items()]
+        lines.append("")
+    if p["removed_by_reason"]:
+        lines += ["| why | removed ops |", "|---|---|"]
+        lines += [f"| {_esc(reason)} | {_fmt_counts(c)} |" for reason, c in p["removed_by_reason"].items()]
+        lines.append("")
+    lines += [f"- {_esc(note)}" for note in p["notes"]]
+    if p["notes"]:
+        lines.append("")
+    return lines

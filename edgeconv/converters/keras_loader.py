@@ -2,39 +2,20 @@
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import sys
 import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .._tf import import_tf
-from ..errors import ModelError, did_you_mean, rel
+from ..errors import ModelError, rel
 from ..ir import FrozenGraph, Layer, TensorSpec
 from .freeze import freeze_concrete_function
-
-Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
-
-
-@dataclasses.dataclass(frozen=True)
-class LoadedModel:
-    """The frozen inference graph and a runner for the source model in inference mode.
-
-    ``reference_without(layers)`` runs the model with the named training-only layers
-    (dropout/noise) at their inference behaviour, the identity, even when their
-    ``call()`` forces ``training=True``; it is the reference for a graph whose
-    passes replaced those layers.
-    """
-
-    graph: FrozenGraph
-    reference: Runner
-    reference_without: Callable[[Sequence[str]], Runner]
-    format: str
-    framework: str
+from .model import LoadedModel, Runner, pin_shapes
 
 
 def import_custom_modules(modules: Sequence[str], base_dir: Path) -> None:
@@ -53,18 +34,31 @@ def import_custom_modules(modules: Sequence[str], base_dir: Path) -> None:
         sys.path.remove(str(base_dir))
 
 
-def _load(path: Path) -> Any:
+def _load(path: Path, fmt: str) -> Any:
     import keras
 
     shown = rel(path)
-    if not zipfile.is_zipfile(path):
+    if fmt == "keras" and not zipfile.is_zipfile(path):
         raise ModelError(f"{shown}: not a Keras 3 .keras archive (a .keras file is a zip archive)")
+    if fmt == "h5":
+        import h5py
+
+        if not h5py.is_hdf5(path):
+            raise ModelError(f"{shown}: not an HDF5 file (a legacy Keras .h5 model is HDF5)")
+        with h5py.File(path, "r") as f:
+            if "model_config" not in f.attrs:
+                raise ModelError(f"{shown}: holds weights only (no model_config); save the whole model "
+                                 "(model.save), not model.save_weights")
     try:
         return keras.models.load_model(path, compile=False)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         text = str(exc)
+        missing = ""
         if "Could not locate class" in text:
             missing = text.split("Could not locate class", 1)[1].split(".")[0].strip(" '")
+        elif text.startswith("Unknown layer:") or text.startswith("Unknown "):
+            missing = text.split(":", 1)[1].split(".")[0].strip(" '")
+        if missing:
             raise ModelError(f"{shown}: the model uses the custom class {missing!r}, which is not registered; "
                              "list the Python module that defines it (decorated with "
                              "@keras.saving.register_keras_serializable) in model.custom_modules") from None
@@ -72,6 +66,35 @@ def _load(path: Path) -> Any:
     except Exception as exc:  # Keras raises many kinds for a bad file; all mean "cannot load"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"{shown}: cannot load the Keras model: {first}") from None
+
+
+def _declared_inputs(model: Any, path: Path) -> list[tuple[str, tuple[int | None, ...], str]]:
+    """(name, shape, dtype) of each model input.
+
+    A functional model has symbolic inputs named by its InputLayers. A subclassed
+    model has none; its build config holds the shape it was built with, and its
+    ``call()`` argument names the input.
+    """
+    import inspect
+
+    import keras
+
+    if getattr(model, "inputs", None):
+        # The InputLayer's name (what Input(name=...) set) names the input; Keras gives the tensor
+        # itself a different, generated name before the model is saved.
+        return [(_input_name(t), tuple(t.shape), keras.backend.standardize_dtype(t.dtype)) for t in model.inputs]
+    config = model.get_build_config() if model.built else None
+    shape = (config or {}).get("input_shape")
+    if not shape or not isinstance(shape, (list, tuple)) or not all(isinstance(d, (int, type(None))) for d in shape):
+        raise ModelError(f"{rel(path)}: the subclassed model has no recorded single input shape (it was saved "
+                         "without being built, or takes several inputs); call it once on a real batch before "
+                         "saving, or save a functional model")
+    params = [p for p in inspect.signature(model.call).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"]
+    name = params[0].name if params else "input"
+    # The batch the model happened to be built with is not part of the model.
+    return [(name, (None, *shape[1:]), keras.backend.standardize_dtype(getattr(model, "input_dtype", None)
+                                                                          or "float32"))]
 
 
 def _input_name(tensor: Any) -> str:
@@ -94,69 +117,30 @@ def _layers(model: Any) -> tuple[Layer, ...]:
     return tuple(out)
 
 
-def pin_shapes(declared: Sequence[tuple[str, tuple[int | None, ...]]], *, batch_size: int,
-               input_shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
-    """Static shape per input: config pins first, then the batch size; anything still open is an error."""
-    names = [n for n, _ in declared]
-    problems = [f"model.input_shapes: {name!r} is not a model input (inputs: {', '.join(names)})"
-                f"{did_you_mean(name, names)}" for name in input_shapes if name not in names]
-    pinned: dict[str, tuple[int, ...]] = {}
-    still_open = []
-    for name, shape in declared:
-        if name in input_shapes:
-            want = input_shapes[name]
-            if len(want) != len(shape) or any(d is not None and d != w for d, w in zip(shape, want)):
-                problems.append(f"model.input_shapes.{name}: {list(want)} does not fit the model's input shape "
-                                f"{_show(shape)}")
-            pinned[name] = tuple(want)
-            continue
-        dims = list(shape)
-        if dims and dims[0] is None:
-            dims[0] = batch_size
-        elif dims and dims[0] != batch_size:
-            problems.append(f"model input {name!r} has a fixed batch of {dims[0]} but model.batch_size is "
-                            f"{batch_size}; set model.batch_size: {dims[0]}")
-        if any(d is None for d in dims):
-            still_open.append(f"{name!r} {_show(shape)}")
-        pinned[name] = tuple(int(d) for d in dims if d is not None)
-    if still_open:
-        problems.append("model inputs with open dimensions: " + ", ".join(still_open) +
-                        "; pin them with model.input_shapes (full shape, batch included)")
-    if problems:
-        raise ModelError("\n".join(problems))
-    return pinned
-
-
-def _show(shape: Sequence[int | None]) -> str:
-    return "(" + ", ".join("None" if d is None else str(d) for d in shape) + ")"
-
-
 def graph_from_keras(path: Path, *, batch_size: int, input_shapes: Mapping[str, tuple[int, ...]],
-                     custom_modules: Sequence[str] = (), base_dir: Path | None = None) -> LoadedModel:
-    """Load ``path``, pin its input shapes, trace it with ``training=False`` and freeze it."""
+                     custom_modules: Sequence[str] = (), base_dir: Path | None = None,
+                     fmt: str = "keras") -> LoadedModel:
+    """Load ``path`` (a Keras 3 ``.keras`` or a legacy ``.h5``), pin its input shapes,
+    trace it with ``training=False`` and freeze it."""
     tf = import_tf()
     import keras
 
     import_custom_modules(custom_modules, base_dir or path.parent)
-    model = _load(path)
-    if not getattr(model, "inputs", None):
-        raise ModelError(f"{rel(path)}: the model has no defined inputs (a subclassed model that was never "
-                         "built); save it after calling it once, or as a functional model")
-    # The InputLayer's name (what Input(name=...) set) names the input; Keras gives the tensor
-    # itself a different, generated name before the model is saved.
-    in_names = [_input_name(t) for t in model.inputs]
-    declared = [(n, tuple(t.shape)) for n, t in zip(in_names, model.inputs)]
-    shapes = pin_shapes(declared, batch_size=batch_size, input_shapes=input_shapes)
-    dtypes = {n: keras.backend.standardize_dtype(t.dtype) for n, t in zip(in_names, model.inputs)}
-    out_names = list(getattr(model, "output_names", None) or [f"output_{i}" for i in range(len(model.outputs))])
+    model = _load(path, fmt)
+    declared = _declared_inputs(model, path)
+    in_names = [n for n, _, _ in declared]
+    shapes = pin_shapes([(n, s) for n, s, _ in declared], batch_size=batch_size, input_shapes=input_shapes)
+    dtypes = {n: d for n, _, d in declared}
+    out_names = _output_names(model)
     layers = _layers(model)
 
     def call(args: Sequence[Any]) -> dict[str, Any]:
         result = model(list(args) if len(args) > 1 else args[0], training=False)
-        flat = result if isinstance(result, (list, tuple)) else [result]
         if isinstance(result, dict):
-            flat = [result[k] for k in out_names]
-        return dict(zip(out_names, flat))
+            return {k: result[k] for k in (out_names or sorted(result))}
+        flat = result if isinstance(result, (list, tuple)) else [result]
+        names = out_names if len(out_names) == len(flat) else [f"output_{i}" for i in range(len(flat))]
+        return dict(zip(names, flat))
 
     signature = [tf.TensorSpec(shapes[n], dtypes[n], name=n) for n in in_names]
     fn = tf.function(lambda *args: call(args), input_signature=signature)
@@ -167,8 +151,7 @@ def graph_from_keras(path: Path, *, batch_size: int, input_shapes: Mapping[str, 
                          f"{str(exc).strip().splitlines()[0]}") from None
     graph_def = freeze_concrete_function(cf, [layer.name for layer in layers])
     inputs = tuple(TensorSpec(n, t.name, shapes[n], dtypes[n]) for n, t in zip(in_names, cf.inputs))
-    outputs = tuple(TensorSpec(n, cf.structured_outputs[n].name, tuple(cf.structured_outputs[n].shape),
-                               cf.structured_outputs[n].dtype.name) for n in out_names)
+    outputs = tuple(TensorSpec(n, t.name, tuple(t.shape), t.dtype.name) for n, t in cf.structured_outputs.items())
 
     def reference(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         result = call([tf.constant(feeds[n]) for n in in_names])
@@ -192,4 +175,27 @@ def graph_from_keras(path: Path, *, batch_size: int, input_shapes: Mapping[str, 
         return run
 
     graph = FrozenGraph(graph_def, inputs, outputs, layers)
-    return LoadedModel(graph, reference, reference_without, "keras", f"keras {keras.__version__}")
+    notes = []
+    if not getattr(model, "inputs", None):
+        notes.append(f"subclassed model {type(model).__name__}: input {in_names[0]!r} (the call() argument) "
+                     f"traced with shape {list(shapes[in_names[0]])} from its build config")
+    if fmt == "h5":
+        notes.append(f"legacy Keras HDF5 model (saved by Keras {_h5_keras_version(path)}), loaded by "
+                     f"Keras {keras.__version__} with compile=False")
+    return LoadedModel(graph, reference, fmt, f"keras {keras.__version__}", reference_without, tuple(notes))
+
+
+def _output_names(model: Any) -> list[str]:
+    names = getattr(model, "output_names", None)
+    if names:
+        return [str(n) for n in names]
+    outputs = getattr(model, "outputs", None)
+    return [f"output_{i}" for i in range(len(outputs))] if outputs else []
+
+
+def _h5_keras_version(path: Path) -> str:
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        version = f.attrs.get("keras_version", "unknown")
+    return version.decode() if isinstance(version, bytes) else str(version)
