@@ -44,6 +44,27 @@ CUSTOM_LAYERS = textwrap.dedent('''
     class Sin(keras.layers.Layer):
         def call(self, x):
             return ops.sin(x)
+
+    @keras.saving.register_keras_serializable(package=PACKAGE)
+    class ForcedBN(keras.layers.BatchNormalization):
+        """Batch norm that normalises with batch statistics in every call."""
+        def call(self, x, training=None):
+            return super().call(x, training=True)
+
+    @keras.saving.register_keras_serializable(package=PACKAGE)
+    class TinyNet(keras.Model):
+        """A subclassed model: conv, batch norm, dropout, dense; its input is the call() argument."""
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.conv = keras.layers.Conv2D(4, 3, name="conv")
+            self.norm = keras.layers.BatchNormalization(name="norm")
+            self.drop = keras.layers.Dropout(0.4, name="drop")
+            self.flat = keras.layers.Flatten(name="flat")
+            self.head = keras.layers.Dense(3, name="head")
+
+        def call(self, image, training=False):
+            x = self.norm(self.conv(image), training=training)
+            return self.head(self.drop(self.flat(x), training=training))
 ''')
 
 
@@ -85,3 +106,27 @@ def pipeline(folder: Path, model: str, cal: str, *, modules: tuple[str, ...] = (
     path.write_text(f"version: 1\nmodel: {{path: {model}{custom}}}\n"
                     f"calibration: {{path: {cal}, samples: {samples}}}\n{extra}")
     return path
+
+
+def run_tflite(path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run a .tflite through its signature with float feeds: quantize int inputs, dequantize int outputs."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(path))
+    runner = interpreter.get_signature_runner()
+    details = runner.get_input_details()
+    args = {}
+    for name, x in feeds.items():
+        d = details[name]
+        scale, zero = d["quantization"]
+        if np.issubdtype(d["dtype"], np.integer) and scale:
+            info = np.iinfo(d["dtype"])
+            x = np.clip(np.round(x / scale + zero), info.min, info.max).astype(d["dtype"])
+        args[name] = x
+    out = runner(**args)
+    result = {}
+    for name, d in runner.get_output_details().items():
+        scale, zero = d["quantization"]
+        y = out[name]
+        result[name] = (y.astype(np.float32) - zero) * scale if scale else y
+    return result

@@ -98,7 +98,7 @@ def test_markdown_report_reads_well(built: dict[str, Any]) -> None:
     assert text.startswith("# edgeconv report: digits\n\n**Gate: PASS**. Built `digits.tflite`")
     assert "| generic-int8 | **PASS** | 8 | 0 | 0 | 0 | 100.0% |" in text
     assert "| edgetpu | **PASS** | 8 | 0 | 0 | 0 | 100.0% |" in text
-    assert "Removed: Identity x15, NoOp x1." in text
+    assert "removed 16: Identity x15, NoOp x1." in text
     assert "- Dropout layer 'dropout1', rate=0.25" in text
 
 

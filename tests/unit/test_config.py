@@ -105,7 +105,7 @@ def test_resolved_pipeline_round_trips(project: Path) -> None:
     (MINIMAL + "verify: {pass_tolerance: 1e-x}\n",
      "p.yaml:6: verify.pass_tolerance: expected a number, got '1e-x'"),
     ("version: 1\nmodel:\n  path: m.keras\n",
-     "p.yaml:1: top level: missing required key 'calibration'"),
+     "p.yaml:1: top level: missing required key 'calibration' (only an existing .tflite needs none)"),
     (MINIMAL + "model: {path: m.keras}\n",
      "p.yaml:6: model: duplicate key (first given on line 2)"),
     (MINIMAL + "targets: []\n",
@@ -145,8 +145,8 @@ def test_every_problem_is_reported_at_once(project: Path) -> None:
         targets: [edgetpu-v2]
         """)
     assert problems(path) == [
-        "p.yaml:2: model: unknown key 'batch_sise' (allowed: batch_size, custom_modules, format, input_shapes, path);"
-        " did you mean 'batch_size'?",
+        "p.yaml:2: model: unknown key 'batch_sise' (allowed: batch_size, bind, custom_modules, format, input_shapes, "
+        "inputs, outputs, path, signature); did you mean 'batch_size'?",
         "p.yaml:3: calibration.seed: must be >= 0, got -1",
         f"p.yaml:4: targets[0]: unknown target 'edgetpu-v2' (allowed: {TARGET_CHOICES}); did you mean 'edgetpu'?",
     ]
@@ -242,3 +242,80 @@ def test_target_file_and_gate_errors(project: Path, target_file: str | None, lin
         (project / "npu.yaml").write_text(target_file)
     assert problems(write(project, MINIMAL + line)) == [
         expected.format(project=project, constraints=allowed_list(CONSTRAINTS))]
+
+
+# -- model formats ------------------------------------------------------------------------------
+
+@pytest.fixture
+def formats(project: Path) -> Path:
+    (project / "g.pb").write_bytes(b"\x0a")
+    (project / "legacy.h5").write_bytes(b"\x89HDF")
+    (project / "m.tflite").write_bytes(b"TFL3")
+    (project / "sm").mkdir()
+    (project / "sm" / "saved_model.pb").write_bytes(b"\x08")
+    (project / "empty_dir").mkdir()
+    return project
+
+
+@pytest.mark.parametrize(("model", "fmt"), [
+    ("m.keras", "keras"), ("legacy.h5", "h5"), ("g.pb", "graphdef"), ("sm", "savedmodel"), ("m.tflite", "tflite"),
+])
+def test_model_format_is_picked_from_the_path(formats: Path, model: str, fmt: str) -> None:
+    cal = "" if fmt == "tflite" else "calibration:\n  path: cal.npz\n"
+    config = load_pipeline(write(formats, f"version: 1\nmodel:\n  path: {model}\n{cal}"))
+    assert config.model.resolved_format().value == fmt
+
+
+@pytest.mark.parametrize(("model_yaml", "expected"), [
+    ("  path: g.pb\n  bind: {is_training: maybe}\n",
+     "p.yaml:4: model.bind.is_training: expected true, false or a number, got 'maybe'"),
+    ("  path: g.pb\n  bind: {is_training: 'false'}\n",
+     "p.yaml:4: model.bind.is_training: expected true, false or a number, got 'false'"),
+    ("  path: g.pb\n  bind: [is_training]\n",
+     "p.yaml:4: model.bind: expected a mapping of placeholder name to value, e.g. {is_training: false}"),
+    ("  path: m.keras\n  bind: {is_training: false}\n",
+     "p.yaml:4: model.bind: applies to graphdef and savedmodel models only (this model is keras)"),
+    ("  path: sm\n  inputs: [image]\n",
+     "p.yaml:4: model.inputs: applies to graphdef models only (this model is savedmodel)"),
+    ("  path: m.keras\n  outputs: [probs]\n",
+     "p.yaml:4: model.outputs: applies to graphdef models only (this model is keras)"),
+    ("  path: g.pb\n  signature: serve\n",
+     "p.yaml:4: model.signature: applies to savedmodel models only (this model is graphdef)"),
+    ("  path: g.pb\n  custom_modules: [layers]\n",
+     "p.yaml:4: model.custom_modules: applies to keras and h5 models only (this model is graphdef)"),
+    ("  path: empty_dir\n",
+     "p.yaml:3: model.path: 'empty_dir' is not a SavedModel folder (no saved_model.pb in it)"),
+    ("  path: sm\n  format: keras\n",
+     "p.yaml:3: model.path: 'sm' is a folder; a keras model is a file"),
+    ("  path: g.pb\n  format: savedmodel\n",
+     "p.yaml:3: model.path: 'g.pb' is a file; a SavedModel is a folder"),
+    ("  path: g.pb\n  format: onnx\n",
+     "p.yaml:4: model.format: unknown value 'onnx' (allowed: auto, graphdef, h5, keras, savedmodel, tflite)"),
+])
+def test_format_specific_model_settings(formats: Path, model_yaml: str, expected: str) -> None:
+    path = write(formats, f"version: 1\nmodel:\n{model_yaml}calibration:\n  path: cal.npz\n")
+    assert problems(path) == [expected]
+
+
+def test_bind_values_keep_their_types(formats: Path) -> None:
+    path = write(formats, "version: 1\nmodel:\n  path: g.pb\n  bind: {is_training: false, keep_prob: 1.0, "
+                          "phase: 0}\ncalibration:\n  path: cal.npz\n")
+    bind = load_pipeline(path).model.bind
+    assert bind == {"is_training": False, "keep_prob": 1.0, "phase": 0}
+    assert [type(v) for v in bind.values()] == [bool, float, int]
+
+
+def test_a_tflite_model_needs_no_calibration_and_resolves_without_unused_settings(formats: Path) -> None:
+    config = load_pipeline(write(formats, "version: 1\nmodel: {path: m.tflite}\ntargets: [arm-neon]\n"))
+    assert config.calibration is None
+    resolved = yaml.safe_load(resolved_yaml(config, formats))
+    assert resolved["model"] == {"path": "m.tflite", "format": "tflite"}
+    assert not {"calibration", "passes", "quantization", "verify"} & set(resolved)
+
+
+@pytest.mark.parametrize("key", ["calibration: {path: cal.npz}", "passes: []", "quantization: {input_type: uint8}",
+                                 "verify: {pass_samples: 2}"])
+def test_settings_a_tflite_model_ignores_are_errors(formats: Path, key: str) -> None:
+    path = write(formats, f"version: 1\nmodel: {{path: m.tflite}}\n{key}\n")
+    assert problems(path) == [f"p.yaml:3: {key.split(':')[0]}: does not apply to an existing .tflite model (it is "
+                              "checked as it is: no passes, no conversion); remove it"]
