@@ -49,4 +49,7 @@ def save_serving_model(graph: FrozenGraph, directory: Path) -> None:
 
     serve = tf.function(call, input_signature=signature)
     module.serve = serve
-    tf.saved_model.save(module, str(directory), signatures={"serving_default": serve})
+    # The frozen graph keeps the custom-gradient attributes of ops such as swish; inference needs no
+    # gradients, and saving them fails on captured constants ("invalid capture ... custom gradients").
+    tf.saved_model.save(module, str(directory), signatures={"serving_default": serve},
+                        options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))

@@ -63,7 +63,7 @@ def in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def project(tmp_path: Path, model: Path, model_yaml: str = "", *, cal: dict[str, np.ndarray] | None = None,
-            targets: str = "generic-int8") -> Path:
+            targets: str = "generic-int8", extra: str = "") -> Path:
     """A pipeline next to a copy of ``model`` and its calibration data."""
     target = tmp_path / model.name
     if target == model:
@@ -76,7 +76,7 @@ def project(tmp_path: Path, model: Path, model_yaml: str = "", *, cal: dict[str,
     path = tmp_path / "pipeline.yaml"
     path.write_text(f"version: 1\nmodel:\n  path: {model.name}\n{model_yaml}"
                     f"calibration: {{path: cal.npz, samples: 16}}\n"
-                    f"targets: [{targets}]\n")
+                    f"targets: [{targets}]\n{extra}")
     return path
 
 
@@ -454,3 +454,38 @@ def test_settings_that_do_not_apply_to_a_tflite_are_errors(tmp_path: Path, capsy
         "as it is: no passes, no conversion); remove it",
         "edgeconv: error: pipeline.yaml:4: passes: does not apply to an existing .tflite model (it is checked as it "
         "is: no passes, no conversion); remove it"]
+
+
+# -- shapes ----------------------------------------------------------------------------------------
+
+def test_dynamic_dims_are_pinned_so_no_shape_chains_reach_the_tflite(tmp_path: Path) -> None:
+    """MobileNetV3Small with open height and width: the converter alone leaves SHAPE/STRIDED_SLICE/PACK
+    chains for dynamic dims (scripts/measure_converter_cleanup.py); pinned by model.input_shapes, none."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    net = keras.applications.MobileNetV3Small(weights=None, input_shape=(None, None, 3), classes=5,
+                                              include_preprocessing=False)
+    net.save(tmp_path / "mnv3.keras")
+    name = net.inputs[0]._keras_history.operation.name
+    x = np.random.default_rng(0).uniform(-1, 1, size=(16, 64, 48, 3)).astype(np.float32)
+    pipeline = project(tmp_path, tmp_path / "mnv3.keras", f"  input_shapes: {{{name}: [1, 64, 48, 3]}}\n",
+                       cal={name: x})
+    result = edgeconv.build(pipeline)
+    ops = {op.type for op in read_tflite(result.tflite_path).ops}
+    assert not ops & {"SHAPE", "STRIDED_SLICE", "PACK"}, ops
+    assert result.report["model"]["inputs"][0]["shape"] == [1, 64, 48, 3]
+    assert result.report["equivalence"]["max_abs_diff"] <= 1e-5
+
+
+def test_swish_models_export_without_passes(tmp_path: Path) -> None:
+    """swish carries a custom gradient; saving the traced graph for the converter must not try to save
+    gradients ("Found invalid capture ... when saving custom gradients", EfficientNet with passes: [])."""
+    import keras
+
+    models.dense_model(tmp_path / "swish.keras", keras.layers.Activation("swish", name="act"))
+    cal = {"feat": np.random.default_rng(0).normal(size=(20, 6)).astype(np.float32)}
+    result = edgeconv.build(project(tmp_path, tmp_path / "swish.keras", cal=cal, extra="passes: []\n"))
+    assert result.report["passes"] == []
+    assert result.report["equivalence"]["max_abs_diff"] <= 1e-5
+    assert "LOGISTIC" in {op.type for op in read_tflite(result.tflite_path).ops}  # swish = x * sigmoid(x)
