@@ -8,6 +8,7 @@ internal error, with a traceback in a log file.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import platform
@@ -84,6 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             for name, cls in sorted(PASSES.items()):
                 print(f"{name}: {cls.summary}")
+                for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+                    print(f"    option {field.name}: {field.metadata.get('doc', '')}")
             return EXIT_OK
         if args.command == "schema":
             return _schema(args.which)

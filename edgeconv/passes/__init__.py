@@ -7,10 +7,11 @@ The registry is the single list of passes: config validation, the JSON Schema an
 from __future__ import annotations
 
 from .base import GraphPass, PassResult, Removal, Rewrite
+from .lower_conv_to_gemm import LowerConvToGemmPass
 from .strip_training import StripTrainingPass
 
 PASSES: dict[str, type[GraphPass]] = {
-    cls.name: cls for cls in (StripTrainingPass,)
+    cls.name: cls for cls in (StripTrainingPass, LowerConvToGemmPass)
 }
 
-__all__ = ["PASSES", "GraphPass", "PassResult", "Removal", "Rewrite", "StripTrainingPass"]
+__all__ = ["PASSES", "GraphPass", "LowerConvToGemmPass", "PassResult", "Removal", "Rewrite", "StripTrainingPass"]

@@ -125,6 +125,38 @@ class GraphEditor:
                     node.input[i] = new
         self.outputs = [new if o == old else o for o in self.outputs]
 
+    def add_node(self, name: str, op: str, inputs: Iterable[str], **attrs: Any) -> Any:
+        """Append a node; ``attrs`` are type attributes (DataType enums, e.g. ``T=1``), bools or
+        ints. Attributes with defaults can be left out: importing the graph fills them in."""
+        if name in self.nodes:
+            raise AssertionError(f"node {name!r} already exists")
+        node = self.graph_def.node.add()
+        node.name, node.op = name, op
+        node.input.extend(inputs)
+        for key, value in attrs.items():
+            if isinstance(value, bool):
+                node.attr[key].b = value
+            elif key in _TYPE_ATTRS:
+                node.attr[key].type = value
+            else:
+                node.attr[key].i = value
+        return node
+
+    def add_const(self, name: str, value: Any) -> str:
+        """Append a Const node holding a numpy array (int32, int64 or float32)."""
+        import numpy as np
+
+        value = np.asarray(value, order="C")  # (ascontiguousarray would make a scalar 1-d)
+        dtype = {np.dtype("int32"): 3, np.dtype("int64"): 9, np.dtype("float32"): 1}[value.dtype]
+        node = self.add_node(name, "Const", ())
+        node.attr["dtype"].type = dtype
+        tensor = node.attr["value"].tensor
+        tensor.dtype = dtype
+        for d in value.shape:
+            tensor.tensor_shape.dim.add().size = int(d)
+        tensor.tensor_content = value.tobytes()
+        return name
+
     def drop_control_inputs(self, to: Callable[[Any], bool]) -> None:
         """Remove control edges that point at nodes matching ``to``."""
         nodes = self.nodes
@@ -160,6 +192,8 @@ class GraphEditor:
                         for o, tensor in zip(self.graph.outputs, self.outputs))
         return self.graph.replace(graph_def=self.graph_def, outputs=outputs)
 
+
+_TYPE_ATTRS = frozenset({"T", "Tidx", "Tshape", "Index", "Tpaddings", "DstT", "SrcT", "dtype", "out_type"})
 
 # DataType enum values of the TF protobufs (types.proto) and the numpy dtype of each.
 _NUMPY_DTYPES = {1: "float32", 2: "float64", 3: "int32", 4: "uint8", 5: "int16", 6: "int8", 9: "int64", 10: "bool"}

@@ -89,7 +89,8 @@ def test_resolved_pipeline_round_trips(project: Path) -> None:
     (MINIMAL + "targets: [generic-int9]\n",
      f"p.yaml:6: targets[0]: unknown target 'generic-int9' (allowed: {TARGET_CHOICES}); did you mean 'generic-int8'?"),
     (MINIMAL + "passes: [strip-trainig]\n",
-     "p.yaml:6: passes[0]: unknown pass 'strip-trainig' (allowed: strip-training); did you mean 'strip-training'?"),
+     "p.yaml:6: passes[0]: unknown pass 'strip-trainig' (allowed: lower-conv-to-gemm, strip-training); did you "
+     "mean 'strip-training'?"),
     (MINIMAL + "quantization: {input_type: int4}\n",
      "p.yaml:6: quantization.input_type: unknown value 'int4' (allowed: int8, uint8); did you mean 'int8'?"),
     (MINIMAL.replace("path: m.keras", "path: missing.keras"),
@@ -319,3 +320,18 @@ def test_settings_a_tflite_model_ignores_are_errors(formats: Path, key: str) -> 
     path = write(formats, f"version: 1\nmodel: {{path: m.tflite}}\n{key}\n")
     assert problems(path) == [f"p.yaml:3: {key.split(':')[0]}: does not apply to an existing .tflite model (it is "
                               "checked as it is: no passes, no conversion); remove it"]
+
+
+def test_pass_options_are_parsed_and_listed(project: Path) -> None:
+    path = write(project, MINIMAL + "passes: [strip-training, {name: lower-conv-to-gemm, layers: [conv1, conv2]}]\n")
+    passes = load_pipeline(path).passes
+    assert [p.name for p in passes] == ["strip-training", "lower-conv-to-gemm"]
+    assert passes[1].layers == ("conv1", "conv2")
+    bad = write(project, MINIMAL + "passes: [{name: lower-conv-to-gemm, layer: [conv1]}]\n", "bad.yaml")
+    assert problems(bad) == ["bad.yaml:6: passes[0]: unknown key 'layer' (allowed: layers); did you mean 'layers'?"]
+    listed = run_edgeconv("passes", "list")
+    assert listed.returncode == 0
+    assert listed.stdout.splitlines()[:2] == [
+        "lower-conv-to-gemm: Rewrite Conv2D as im2col patches + MatMul (FULLY_CONNECTED in the .tflite) for targets "
+        "without a convolution kernel; 1x1 convolutions become a plain MatMul. The report gives each GEMM's M x K x N.",
+        "    option layers: Lower only the convolutions of these source layers (default: all)."]
