@@ -52,10 +52,12 @@ def op_json(result: OpResult, layers: Sequence[str] | None) -> dict[str, Any]:
 
 
 def op_layers(result: OpResult, layers: Sequence[str]) -> list[str]:
-    """Source layers of an op: from its output names, else from its non-constant inputs
-    (a QUANTIZE/DEQUANTIZE the converter added is named after its neighbour)."""
+    """Source layers of an op: from its output names, else from its weights (a model output
+    is named after the signature, its weights after their layer), else from its other
+    inputs (a QUANTIZE/DEQUANTIZE the converter added is named after its neighbour)."""
     op = result.op
-    for tensors in (op.outputs, [t for t in op.inputs if t is not None and not t.constant]):
+    inputs = [t for t in op.inputs if t is not None]
+    for tensors in (op.outputs, [t for t in inputs if t.constant], [t for t in inputs if not t.constant]):
         found = sorted({layer for t in tensors for layer in source_layers(t.name, layers)})
         if found:
             return found
