@@ -489,3 +489,17 @@ def test_swish_models_export_without_passes(tmp_path: Path) -> None:
     assert result.report["passes"] == []
     assert result.report["equivalence"]["max_abs_diff"] <= 1e-5
     assert "LOGISTIC" in {op.type for op in read_tflite(result.tflite_path).ops}  # swish = x * sigmoid(x)
+
+
+def test_keras2_savedmodel_builds_with_its_layers_named(tmp_path: Path) -> None:
+    """A Keras 2 (tf-keras) SavedModel with optimizer slots, made by scripts/make_keras2_savedmodel.py."""
+    cal = {"feat": np.random.default_rng(6).normal(size=(24, 6)).astype(np.float32)}
+    result = edgeconv.build(project(tmp_path, REPO / "tests" / "data" / "keras2_savedmodel", cal=cal))
+    report = result.report
+    assert result.passed
+    assert report["model"]["outputs"] == [{"name": "d2", "shape": [1, 3], "dtype": "float32"}]
+    assert report["equivalence"]["max_abs_diff"] <= 1e-5
+    assert set(report["passes"][0]["removed_by_layer"]) == {"(no layer)", "bn", "d1", "d2", "drop"}
+    layers = {layer for op in report["targets"][0]["ops"] for layer in op["source_layers"]}
+    assert {"d1", "d2"} <= layers
+    assert_clean_tflite(result.tflite_path)
