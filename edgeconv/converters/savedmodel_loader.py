@@ -121,8 +121,24 @@ def _from_tf1(path: Path, *, signature: str, batch_size: int, input_shapes: Mapp
         out_tensors = {key: sig.outputs[key].name for key in sorted(sig.outputs)}
         graph_def = tf.compat.v1.graph_util.convert_variables_to_constants(
             session, graph.as_graph_def(), sorted({t.split(":")[0] for t in out_tensors.values()}))
+    graph_def = _inline_calls(graph_def, list(in_nodes.values()), list(out_tensors.values()))
     names = {**{node: key for key, node in in_nodes.items()}, **{t: key for key, t in out_tensors.items()}}
     return frozen_model(graph_def, rel(path), batch_size=batch_size, input_shapes=input_shapes,
                         inputs=list(in_nodes.values()), outputs=list(out_tensors.values()), bind=bind, names=names,
                         fmt="savedmodel", notes=notes,
                         framework=f"tensorflow {tf.__version__} (TF1 SavedModel signature {signature!r})")
+
+
+def _inline_calls(graph_def: Any, inputs: list[str], outputs: list[str]) -> Any:
+    """Inline function calls (a TF2 graph's StatefulPartitionedCall) so that passes see every op."""
+    if not any(n.op in ("StatefulPartitionedCall", "PartitionedCall") for n in graph_def.node):
+        return graph_def
+    tf = import_tf()
+    from tensorflow.lite.python.util import get_grappler_config, run_graph_optimizations
+
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.import_graph_def(graph_def, name="")
+    return run_graph_optimizations(graph_def, [graph.get_tensor_by_name(f"{n}:0") for n in inputs],
+                                   [graph.get_tensor_by_name(t) for t in outputs],
+                                   get_grappler_config(["function"]), graph=graph)

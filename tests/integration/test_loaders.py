@@ -503,3 +503,34 @@ def test_keras2_savedmodel_builds_with_its_layers_named(tmp_path: Path) -> None:
     layers = {layer for op in report["targets"][0]["ops"] for layer in op["source_layers"]}
     assert {"d1", "d2"} <= layers
     assert_clean_tflite(result.tflite_path)
+
+
+def test_savedmodel_tf2_cannot_revive_falls_back_to_the_tf1_loader(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """TF 2.16+ fails on TF 2.4-era Keras SavedModels with this error (corpus.md); the TF1 session loader
+    reads the same folder through its signature. The failure is simulated, the fallback load is real."""
+    import tensorflow as tf
+
+    def cannot_revive(*args: Any, **kwargs: Any) -> Any:
+        raise AttributeError("'_UserObject' object has no attribute 'add_slot'")
+
+    monkeypatch.setattr(tf.saved_model, "load", cannot_revive)
+    cal = {"feat": np.random.default_rng(6).normal(size=(24, 6)).astype(np.float32)}
+    result = edgeconv.build(project(tmp_path, REPO / "tests" / "data" / "keras2_savedmodel", cal=cal))
+    report = result.report
+    assert report["model"]["notes"] == [
+        "tf.saved_model.load failed ('_UserObject' object has no attribute 'add_slot'); loaded with the TF1 "
+        "session loader instead"]
+    assert result.passed and report["equivalence"]["max_abs_diff"] <= 1e-5
+    # The signature's function call is inlined, so the passes see (and attribute) every op.
+    assert {"d1", "bn", "d2"} <= set(report["passes"][0]["removed_by_layer"])
+    assert_clean_tflite(result.tflite_path)
+
+
+def test_unreadable_savedmodel_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "saved_model.pb").write_bytes(b"\x00garbage\xff" * 8)
+    with pytest.raises(ModelError) as err:
+        edgeconv.build(project(tmp_path, tmp_path / "broken"))
+    assert str(err.value).startswith("broken: TensorFlow cannot load the SavedModel: ")
+    assert "; the TF1 loader failed too: broken: the TF1 loader cannot load it: " in str(err.value)
