@@ -163,12 +163,12 @@ def frozen_model(graph_def: Any, shown: str, *, batch_size: int, input_shapes: M
         except (KeyError, ValueError):
             raise ModelError(f"model.outputs: {tensor!r}: node {node_of(tensor)!r} has no such output") from None
         name = names.get(tensor) or (node_of(tensor) if full.endswith(":0") else full.replace(":", "_"))
-        dims = tuple(-1 if d is None else int(d) for d in t.shape) if t.shape.rank is not None else ()
+        dims = tuple(-1 if d is None else int(d) for d in t.shape) if t.shape.rank is not None else (-1,)
         out_specs.append(TensorSpec(name, full, dims, t.dtype.name))
     layers = scope_layers((n.name for n in graph_def.node), skip=in_names)
     runner = reference or _session_runner(graph, in_specs, tuple(out_specs))
     if any(-1 in o.shape for o in out_specs):
-        # Static shape inference could not see through the graph (e.g. a Merge); one run can.
+        # Static shape inference could not see through the graph (e.g. a Merge, unknown rank); one run can.
         zeros = runner({i.name: np.zeros(i.shape, i.dtype) for i in in_specs})
         out_specs = [o.__class__(o.name, o.tensor, tuple(zeros[o.name].shape), o.dtype) for o in out_specs]
     frozen = FrozenGraph(graph_def, in_specs, tuple(out_specs), layers)
