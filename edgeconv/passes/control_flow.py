@@ -165,8 +165,10 @@ def _fold_switches(ed: GraphEditor, folded: Folded) -> bool:
         branch = {0: "false", 1: "true"}.get(index, f"#{index}") if len(nodes[name].input) == 2 else f"#{index}"
         folded.rewrites.append(Rewrite(ed.layers_of(name), scope, f"tf.cond {scope!r} (Switch/Merge) folded: "
                                        f"kept its {branch} branch ({source}), dropped the other"))
+    distinct = set(sources.values())
+    decided = f" ({distinct.pop()})" if len(distinct) == 1 else ""
     for name in dead_nodes:
-        folded.reasons.setdefault(name, "in a tf.cond branch that a constant predicate never takes")
+        folded.reasons.setdefault(name, f"in a tf.cond branch that a constant predicate never takes{decided}")
     # Drop control edges from live nodes into folded plumbing.
     ed.drop_control_inputs(to=lambda n: n.name in dead_nodes or n.name in taken)
     return True
