@@ -13,9 +13,11 @@ import json
 import logging
 import platform
 import sys
+import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ._version import __version__
 from .errors import EdgeconvError, InternalError, rel
@@ -122,16 +124,67 @@ def _crash(exc: Exception, out_dir: Path | None) -> int:
     return EXIT_INTERNAL
 
 
+class _Formatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        level = "warning: " if record.levelno >= logging.WARNING else ""
+        return f"edgeconv: {level}{record.getMessage()}"
+
+
+class ProgressDisplay:
+    """Progress of long stages: a bar with rate and ETA on a terminal, a plain line every 10 %
+    in CI logs (no carriage returns there)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.started: dict[str, float] = {}
+        self.shown: dict[str, int] = {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        start = self.started.setdefault(stage, now)
+        rate = done / (now - start) if now > start else 0.0
+        eta = f"{(total - done) / rate:.0f} s" if rate > 0 and done < total else "-"
+        speed = f"{rate:.1f} samples/s" if rate > 0 else "-"
+        if self.tty:
+            filled = int(24 * done / max(total, 1))
+            self.stream.write(f"\redgeconv: {stage} [{'#' * filled}{'.' * (24 - filled)}] {done}/{total} "
+                              f"{speed}, ETA {eta}  ")
+            if done >= total:
+                self.stream.write("\n")
+            self.stream.flush()
+            return
+        step = done * 10 // max(total, 1)
+        if step > self.shown.get(stage, -1):
+            self.shown[stage] = step
+            self.stream.write(f"edgeconv: {stage}: {done}/{total} samples ({done * 100 // max(total, 1)}%), "
+                              f"{speed}, ETA {eta}\n")
+            self.stream.flush()
+
+
 def _build(config: object, args: argparse.Namespace) -> int:
     from .pipeline import build
 
-    if not args.quiet:
-        logging.basicConfig(level=logging.INFO, format="edgeconv: %(message)s", stream=sys.stderr)
-    result = build(config, out=args.out)  # type: ignore[arg-type]
+    progress = None
+    if args.quiet:  # the summary below says what matters; no log lines, also not via logging's fallback
+        quiet = logging.getLogger("edgeconv")
+        quiet.addHandler(logging.NullHandler())
+        quiet.propagate = False
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_Formatter())
+        logging.basicConfig(level=logging.INFO, handlers=[handler])
+        progress = ProgressDisplay(sys.stderr)
+    result = build(config, out=args.out, progress=progress)  # type: ignore[arg-type]
     for t in result.report["targets"]:
         c = t["counts"]
         print(f"{t['name']}: {t['verdict'].upper()} ({c['supported']} supported, {c['cpu_fallback']} cpu_fallback, "
               f"{c['unsupported']} unsupported)")
+    quant = result.report["quantization"]
+    warnings = quant["calibration"]["warnings"] if quant is not None else []
+    if warnings:
+        print(f"calibration: {len(warnings)} warning(s); the report lists them (gates.fail_on_calibration_warnings "
+              "makes them fail the build)")
     gate = result.report["gate"]
     for reason in gate["reasons"]:
         print(f"  - {reason}")

@@ -18,7 +18,9 @@ import yaml
 
 from . import _yaml
 from ._schema import INVALID, Ctx, dump_value, json_schema_of, parse_dataclass, relpath, setting
-from .calibration import SOURCES
+from .calibration import SOURCES, resolve_source
+from .calibration.config import HARD_FLOOR, SOURCE_KEYS, CalibrationConfig, DataConfig, EvaluationConfig, set_keys
+from .calibration.sources import folder_kinds
 from .errors import ConfigError, allowed_list, did_you_mean, rel
 from .passes import PASSES, GraphPass
 from .targets import builtin_target_names, is_target_file, load_target
@@ -119,26 +121,6 @@ class ModelConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class CalibrationConfig:
-    """Representative data for INT8 calibration, keyed by model input name."""
-
-    path: Path = setting("Calibration data file, relative to the pipeline file.", must_exist=True)
-    source: str | None = setting("Data source kind; by default picked from the file suffix.",
-                                 default=None, choices=lambda: SOURCES)
-    samples: int = setting("Number of samples drawn (without replacement) from the file.",
-                           default=200, minimum=1)
-    seed: int = setting("Seed of the sample draw, so a build is reproducible.", default=0, minimum=0)
-
-    def resolved_source(self) -> str:
-        if self.source is not None:
-            return self.source
-        for name, cls in SOURCES.items():
-            if self.path.suffix.lower() in cls.suffixes:
-                return name
-        raise AssertionError("checked in load_pipeline")
-
-
-@dataclasses.dataclass(frozen=True)
 class QuantizationConfig:
     """How the model is quantized."""
 
@@ -172,6 +154,10 @@ class GatesConfig:
         factory=dict)
     fail_on_warnings: bool = setting("Fail when a target reports a warning (an unverified or size-dependent "
                                      "limit).", default=False)
+    fail_on_calibration_warnings: bool = setting(
+        "Fail when the calibration data looks wrong (range mismatch with the evaluation data or the declared "
+        "range, noise instead of real samples, too few or constant samples, input quantization off).",
+        default=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,6 +270,8 @@ class PipelineConfig:
     model: ModelConfig = setting("The model to convert.")
     calibration: CalibrationConfig | None = setting(
         "Representative data for calibration (not needed when the model is already a .tflite).", default=None)
+    evaluation: EvaluationConfig | None = setting(
+        "Held-out data the calibration data is checked against (ranges); same keys as calibration.", default=None)
     name: str | None = setting("Name of the build; names the .tflite. Default: the model file stem.",
                                default=None)
     passes: tuple[GraphPass, ...] = setting(
@@ -326,6 +314,7 @@ def load_pipeline(path: str | Path) -> PipelineConfig:
                                f"schema version {shown!r} (supported: {SCHEMA_VERSION})"])
     config = parse_dataclass(PipelineConfig, node, "", ctx)
     if config is not INVALID:
+        config = _inherit_preprocess(config)
         _check_semantics(config, node, ctx)
     if ctx.problems:
         raise ConfigError(ctx.problems)
@@ -342,6 +331,16 @@ def _node_at(node: yaml.Node, *keys: str) -> yaml.Node:
             break
         node = found
     return node
+
+
+def _inherit_preprocess(config: PipelineConfig) -> PipelineConfig:
+    """Evaluation images are preprocessed like calibration images unless the pipeline says otherwise."""
+    cal, ev = config.calibration, config.evaluation
+    if cal is None or ev is None or ev.preprocess is not None or cal.preprocess is None:
+        return config
+    if resolve_source(ev) not in ("images", "tfrecord"):
+        return config
+    return dataclasses.replace(config, evaluation=dataclasses.replace(ev, preprocess=cal.preprocess))
 
 
 def _check_semantics(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
@@ -403,11 +402,17 @@ def _check_calibration(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> Non
     if cal is None:
         ctx.error(root, "top level", "missing required key 'calibration' (only an existing .tflite needs none)")
         return
-    if cal.source is None and not any(cal.path.suffix.lower() in s.suffixes for s in SOURCES.values()):
-        known = sorted(x for s in SOURCES.values() for x in s.suffixes)
-        ctx.error(_node_at(root, "calibration", "path"), "calibration.path",
-                  f"cannot tell the data source from suffix {cal.path.suffix or '(none)'!r} "
-                  f"(known: {', '.join(known)}); set calibration.source")
+    _check_data(cal, "calibration", root, ctx)
+    if config.evaluation is not None:
+        _check_data(config.evaluation, "evaluation", root, ctx)
+    if cal.samples < HARD_FLOOR:
+        ctx.error(_node_at(root, "calibration", "samples"), "calibration.samples",
+                  f"{cal.samples} samples cannot calibrate a model (at least {HARD_FLOOR}; "
+                  f"calibration.min_samples, {cal.min_samples}, is where warnings stop)")
+    for name, bounds in cal.expected_range.items():
+        if len(bounds) != 2 or bounds[0] >= bounds[1]:
+            ctx.error(_node_at(root, "calibration", "expected_range", name), f"calibration.expected_range.{name}",
+                      f"expected [low, high] with low < high, got {list(bounds)}")
     if cal.samples % model.batch_size:
         ctx.error(_node_at(root, "calibration", "samples"), "calibration.samples",
                   f"{cal.samples} is not a multiple of model.batch_size ({model.batch_size}); each "
@@ -415,6 +420,63 @@ def _check_calibration(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> Non
     if config.verify.pass_samples > cal.samples:
         ctx.error(_node_at(root, "verify", "pass_samples"), "verify.pass_samples",
                   f"{config.verify.pass_samples} is more than calibration.samples ({cal.samples})")
+
+
+def _check_data(cfg: DataConfig, section: str, root: yaml.Node, ctx: Ctx) -> None:
+    """Which source a data section uses, and that it sets the keys that source takes (and no others)."""
+    at = _node_at(root, section)
+    source = resolve_source(cfg)
+    if source is None:
+        if cfg.path is None:
+            ctx.error(at, section, "missing required key 'path' (or 'function' with source: python)")
+        elif cfg.path.is_dir():
+            kinds = folder_kinds(cfg.path)
+            found = f"files for {', '.join(kinds)}" if kinds else "no data files"
+            ctx.error(_node_at(root, section, "path"), f"{section}.path", f"cannot tell the source of folder "
+                      f"{relpath(cfg.path, ctx.base_dir)!r} (it holds {found}); set {section}.source")
+        else:
+            known = sorted(x for s in SOURCES.values() for x in s.suffixes)
+            ctx.error(_node_at(root, section, "path"), f"{section}.path",
+                      f"cannot tell the data source from suffix {cfg.path.suffix or '(none)'!r} "
+                      f"(known: {', '.join(known)}, or a folder); set {section}.source")
+        return
+    if source != "python" and cfg.path is None:
+        ctx.error(at, section, f"missing required key 'path' (source {source})")
+    if source == "python" and cfg.path is not None:
+        ctx.error(_node_at(root, section, "path"), f"{section}.path", "does not apply to source python (its "
+                  "function gives the samples)")
+    for key in set_keys(cfg):
+        if source not in SOURCE_KEYS[key]:
+            ctx.error(_node_at(root, section, key), f"{section}.{key}",
+                      f"applies to source {' and '.join(SOURCE_KEYS[key])} only (this data is {source})")
+    if source == "images" and cfg.preprocess is None:
+        ctx.error(at, section, "source images needs preprocess: with scale/offset or mean/std (how pixels 0-255 "
+                  "become the model input)")
+    pre = cfg.preprocess
+    if pre is not None and source in ("images", "tfrecord"):
+        where = _node_at(root, section, "preprocess")
+        if (pre.scale is None) == (not pre.mean and not pre.std):
+            ctx.error(where, f"{section}.preprocess", "give either scale (and offset) or mean and std, e.g. "
+                      "scale: 0.00392156862745098 for inputs in [0, 1]")
+        elif pre.scale is None and (len(pre.mean) != len(pre.std) or len(pre.mean) not in (1, 3)
+                                    or any(v == 0 for v in pre.std)):
+            ctx.error(where, f"{section}.preprocess", "mean and std need the same length, 1 or 3 values, and no "
+                      "zero std")
+        if pre.size is not None and (len(pre.size) != 2 or min(pre.size) < 1):
+            ctx.error(_node_at(root, section, "preprocess", "size"), f"{section}.preprocess.size",
+                      f"expected [height, width], got {list(pre.size)}")
+    if source == "csv" and not cfg.columns:
+        ctx.error(at, section, "source csv needs columns: {input_name: [column, ...]}")
+    if source == "tfrecord" and not cfg.features:
+        ctx.error(at, section, "source tfrecord needs features: {input_name: {key, dtype, shape, decode}}")
+    if source == "python":
+        if cfg.function is None or ":" not in cfg.function:
+            ctx.error(at, section, "source python needs function: 'module:function'")
+        elif not cfg.trust_code:
+            from .calibration.sources.pycode import UNTRUSTED
+
+            ctx.error(_node_at(root, section, "function"), f"{section}.function",
+                      UNTRUSTED.format(function=cfg.function))
 
 
 def _check_gates(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
@@ -438,8 +500,16 @@ def resolved_yaml(config: PipelineConfig, base_dir: Path,
     """
     data = dump_value(config, base_dir)
     data["name"] = config.build_name
-    if config.calibration is not None:
-        data["calibration"]["source"] = config.calibration.resolved_source()
+    for section in ("calibration", "evaluation"):
+        cfg = getattr(config, section)
+        if cfg is None:
+            data.pop(section, None)
+            continue
+        source = resolve_source(cfg)
+        data[section]["source"] = source
+        for key in SOURCE_KEYS:  # keys of other sources would only be noise
+            if source not in SOURCE_KEYS[key]:
+                data[section].pop(key, None)
     fmt = config.model.resolved_format()
     data["model"]["format"] = fmt.value
     # Settings that do not apply to this format are left out, not shown with defaults that do nothing.

@@ -19,8 +19,10 @@ import numpy as np
 
 from . import output, report
 from ._version import __version__
-from .calibration import SOURCES
-from .calibration.checks import CalibrationSet, check_file_arrays, file_sha256, match_signature, select
+from .calibration import SOURCES, resolve_source
+from .calibration.checks import DataWarning, data_warnings, file_sha256, quantization_warnings
+from .calibration.config import CalibrationConfig, EvaluationConfig
+from .calibration.samples import Progress, SampleSet, collect
 from .config import GatesConfig, ModelFormat, PipelineConfig, load_pipeline, resolved_yaml
 from .converters.model import LoadedModel
 from .converters.tflite_reader import TFLiteModel, parse_tflite, read_tflite
@@ -83,13 +85,13 @@ def _toolchain() -> dict[str, str]:
     return versions
 
 
-def _equivalence(reference: Any, graph: FrozenGraph, calib: CalibrationSet, batch_size: int, samples: int,
+def _equivalence(reference: Any, graph: FrozenGraph, calib: SampleSet, batch_size: int, samples: int,
                  tolerance: float) -> dict[str, Any]:
     """Outputs of the model in inference mode vs the cleaned graph on the first calibration samples."""
     from .converters.tf_graph import concrete_function, run_graph
 
     fn = concrete_function(graph)
-    steps = calib.batches(batch_size)[: math.ceil(samples / batch_size)]
+    steps = list(calib.batches(batch_size, limit=math.ceil(samples / batch_size) * batch_size))
     worst: dict[str, float] = {o.name: 0.0 for o in graph.outputs}
     for feeds in steps:
         want = reference(feeds)
@@ -129,12 +131,14 @@ def _deterministic(run: Any, feeds: dict[str, np.ndarray]) -> bool:
     return all(np.array_equal(first[k], second[k]) for k in first)
 
 
-def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = None) -> BuildResult:
+def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = None,
+          progress: Progress | None = None) -> BuildResult:
     """Run the pipeline: load, clean, prove, quantize, check, and write the output folder.
 
     Raises EdgeconvError for user mistakes (nothing is written), InternalError for
     failures of the toolchain. A build whose targets fail still writes its
-    artifacts; ``BuildResult.passed`` is False.
+    artifacts; ``BuildResult.passed`` is False. ``progress(stage, done, total)`` is
+    called while data is read and while the converter calibrates.
     """
     config = pipeline if isinstance(pipeline, PipelineConfig) else load_pipeline(pipeline)
     out_dir = Path(out).resolve() if out is not None else config.output_dir
@@ -143,19 +147,26 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
     if config.model.resolved_format() is ModelFormat.TFLITE:
         return _check_existing(config, out_dir, targets)
 
+    with tempfile.TemporaryDirectory(prefix="edgeconv-") as work:
+        return _build(config, out_dir, targets, Path(work), progress)
+
+
+def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: Path,
+           progress: Progress | None) -> BuildResult:
     cal_cfg = config.calibration
     assert cal_cfg is not None  # validation requires it for every format but tflite
-    log.info("reading calibration data %s", rel(cal_cfg.path))
-    arrays = SOURCES[cal_cfg.resolved_source()]().read(cal_cfg.path)
-    check_file_arrays(arrays, cal_cfg.path)
-
     log.info("loading %s (%s) in inference mode", rel(config.model.path), config.model.resolved_format().value)
     from .converters.loaders import load_model
 
     loaded = load_model(config.model, config.source.parent)
-    keyed, notes = match_signature(arrays, loaded.graph.inputs, cal_cfg.path)
-    calib = select(keyed, samples=cal_cfg.samples, seed=cal_cfg.seed, source=cal_cfg.resolved_source(),
-                   path=cal_cfg.path, notes=notes)
+    inputs = loaded.graph.inputs
+    calib = _collect(cal_cfg, "calibration", inputs, config, work, progress)
+    evaluation = (_collect(config.evaluation, "evaluation", inputs, config, work, progress)
+                  if config.evaluation is not None else None)
+    expected = _expected_ranges(config, inputs)
+    warnings = data_warnings(calib, min_samples=cal_cfg.min_samples, evaluation=evaluation, expected=expected)
+    for w in warnings:
+        log.warning("calibration: %s", w.message)
 
     graph = loaded.graph
     pass_results: list[PassResult] = []
@@ -164,31 +175,68 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
         graph, result = p.apply(graph)
         pass_results.append(result)
     log.info("comparing the cleaned graph with the model in inference mode")
-    reference = _inference_reference(loaded, pass_results, calib.batches(config.model.batch_size)[0])
-    equivalence = _equivalence(reference, graph, calib, config.model.batch_size,
-                               config.verify.pass_samples, config.verify.pass_tolerance)
+    batch = config.model.batch_size
+    reference = _inference_reference(loaded, pass_results, next(calib.batches(batch)))
+    equivalence = _equivalence(reference, graph, calib, batch, config.verify.pass_samples,
+                               config.verify.pass_tolerance)
 
     log.info("converting to int8 with %d calibration samples", calib.count)
     from .converters.tflite_export import ExportOptions, tflite_from_graph
 
     q = config.quantization
-    with tempfile.TemporaryDirectory(prefix="edgeconv-") as work:
-        exported = tflite_from_graph(graph, calib, ExportOptions(q.input_type.value, q.output_type.value,
-                                                                 q.per_channel, config.model.batch_size), Path(work))
+    exported = tflite_from_graph(graph, calib, ExportOptions(q.input_type.value, q.output_type.value,
+                                                             q.per_channel, batch), work / "export", progress)
     tflite_name = f"{config.build_name}.tflite"
     model = parse_tflite(exported.tflite, tflite_name)
     log.info("checking %d ops against %s", len(model.ops), ", ".join(t.name for t in targets))
     results = tuple(check_model(model, t) for t in targets)
+    quant_warnings = quantization_warnings(model, expected=expected, evaluation=evaluation)
+    for w in quant_warnings:
+        log.warning("calibration: %s", w.message)
+    warnings += quant_warnings
 
     extra = [] if equivalence["passed"] else [
         f"the passes changed the outputs: max abs difference {equivalence['max_abs_diff']:.3g} > "
         f"verify.pass_tolerance {equivalence['tolerance']:g}"]
+    if warnings and config.gates.fail_on_calibration_warnings:
+        extra.append(f"calibration: {len(warnings)} warning(s) and gates.fail_on_calibration_warnings is set: "
+                     + "; ".join(w.message for w in warnings))
     source = _model_json(config, out_dir, loaded.format, loaded.framework, loaded.graph.inputs,
                          loaded.graph.outputs, len(loaded.graph.layers), loaded.notes)
+    quant = _quantization_json(config, out_dir, calib, warnings)
     body = _report(config, out_dir, source, model, [report.pass_json(p) for p in pass_results], equivalence,
-                   _quantization_json(config, out_dir, calib), results, loaded.graph.layer_names(), extra)
+                   quant, results, loaded.graph.layer_names(), extra,
+                   _data_json(evaluation, out_dir) if evaluation is not None else None)
     graph_io = ([i.node for i in loaded.graph.inputs], [canonical(o.tensor) for o in loaded.graph.outputs])
     return _commit(config, out_dir, tflite_name, exported.tflite, body, results, graph_io)
+
+
+def _collect(cfg: CalibrationConfig | EvaluationConfig, role: str, inputs: Sequence[TensorSpec],
+             config: PipelineConfig, work: Path, progress: Progress | None) -> SampleSet:
+    """Open a data section's source, then draw, check and spool its samples."""
+    source = resolve_source(cfg)
+    assert source is not None  # checked with the pipeline file
+    where = rel(cfg.path) if cfg.path is not None else str(cfg.function)
+    log.info("reading %s data %s (%s)", role, where, source)
+    reader = SOURCES[source]().open(cfg, inputs, config.source.parent)
+    labels = [cfg.labels] if isinstance(cfg, EvaluationConfig) and cfg.labels else []
+    return collect(reader, inputs, role=role, source=source, samples=cfg.samples, seed=cfg.seed, folder=work,
+                   ignore=labels, progress=progress)
+
+
+def _expected_ranges(config: PipelineConfig, inputs: Sequence[TensorSpec]) -> dict[str, tuple[float, float]]:
+    """The declared input range per model input: calibration.expected_range, else what an image
+    source's preprocessing maps pixels 0-255 to."""
+    cal = config.calibration
+    assert cal is not None
+    out = {name: (float(lo), float(hi)) for name, (lo, hi) in cal.expected_range.items()}
+    if cal.preprocess is not None and resolve_source(cal) == "images":
+        from .calibration.sources.images import pick_input
+
+        spec = pick_input(cal, inputs, "calibration")
+        channels = 1 if cal.preprocess.color.value == "grayscale" else 3
+        out.setdefault(spec.name, cal.preprocess.value_range(channels))
+    return out
 
 
 def _check_existing(config: PipelineConfig, out_dir: Path, targets: list[Target]) -> BuildResult:
@@ -249,31 +297,43 @@ def _model_json(config: PipelineConfig, out_dir: Path, fmt: str, framework: str,
     }
 
 
-def _quantization_json(config: PipelineConfig, out_dir: Path, calib: CalibrationSet) -> dict[str, Any]:
+def _data_json(data: SampleSet, out_dir: Path, listed: int = 20) -> dict[str, Any]:
+    """Provenance of a sample set: where it came from, exactly which samples, their statistics."""
+    files = [os.path.relpath(f, out_dir) for f in data.files]
+    return {
+        "source": data.source,
+        "path": os.path.relpath(data.files[0], out_dir) if len(data.files) == 1 else data.location,
+        "file_sha256": file_sha256(data.files[0]) if len(data.files) == 1 else None,
+        "files": files[:listed],
+        "file_count": len(files),
+        "available": data.available,
+        "samples": data.count,
+        "seed": data.seed,
+        "samples_sha256": data.sha256,
+        "stats": {name: dict(s) for name, s in data.stats.items()},
+        "notes": list(data.notes),
+    }
+
+
+def _quantization_json(config: PipelineConfig, out_dir: Path, calib: SampleSet,
+                       warnings: Sequence[DataWarning]) -> dict[str, Any]:
     q = config.quantization
+    cal = _data_json(calib, out_dir)
+    cal["warnings"] = [w.to_json() for w in warnings]
     return {
         "mode": q.mode.value,
         "input_type": q.input_type.value,
         "output_type": q.output_type.value,
         "per_channel": q.per_channel,
-        "calibration": {
-            "source": calib.source,
-            "path": os.path.relpath(calib.path, out_dir),
-            "file_sha256": calib.file_sha256,
-            "available": calib.available,
-            "samples": calib.count,
-            "seed": calib.seed,
-            "samples_sha256": calib.sha256(),
-            "stats": calib.stats(),
-            "notes": list(calib.notes),
-        },
+        "calibration": cal,
     }
 
 
 def _report(config: PipelineConfig, out_dir: Path, source: dict[str, Any], model: TFLiteModel,
             passes: list[dict[str, Any]], equivalence: dict[str, Any] | None,
             quantization: dict[str, Any] | None, results: tuple[TargetResult, ...],
-            layers: Sequence[str] | None, extra_reasons: list[str]) -> dict[str, Any]:
+            layers: Sequence[str] | None, extra_reasons: list[str],
+            evaluation: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "schema_version": report.REPORT_SCHEMA_VERSION,
         "edgeconv_version": __version__,
@@ -290,6 +350,7 @@ def _report(config: PipelineConfig, out_dir: Path, source: dict[str, Any], model
         "passes": passes,
         "equivalence": equivalence,
         "quantization": quantization,
+        "evaluation": evaluation,
         "tflite": report.model_json(model),
         "targets": report.targets_json(results, layers),
         "gate": report.gate_json(results, config.gates, extra_reasons),

@@ -250,14 +250,29 @@ def to_markdown(report: Mapping[str, Any]) -> str:
                   f"{'ok' if eq['passed'] else 'FAILED'}.", ""]
     if q is not None:
         cal = q["calibration"]
-        lines += ["## Calibration", "",
-                  f"{cal['samples']} of {cal['available']} samples from `{cal['path']}` ({cal['source']}, seed "
-                  f"{cal['seed']}), samples sha256 `{cal['samples_sha256'][:16]}...`.", ""]
-        lines += ["| input | min | max | mean | std |", "|---|---|---|---|---|"]
-        lines += [f"| {name} | {s['min']:.4g} | {s['max']:.4g} | {s['mean']:.4g} | {s['std']:.4g} |"
-                  for name, s in cal["stats"].items()]
-        lines.append("")
+        lines += ["## Calibration", ""]
+        if cal["warnings"]:
+            lines += [f"**{len(cal['warnings'])} warning(s)** about the calibration data:", ""]
+            lines += [f"- `{w['check']}`: {_esc(w['message'])}" for w in cal["warnings"]]
+            lines.append("")
+        lines += _data_markdown(cal)
+        ev = report.get("evaluation")
+        if ev is not None:
+            lines += ["Evaluation data, for comparison:", ""] + _data_markdown(ev)
     return "\n".join(lines)
+
+
+def _data_markdown(data: Mapping[str, Any]) -> list[str]:
+    files = f", {data['file_count']} files" if data.get("file_count", 1) > 1 else ""
+    lines = [f"{data['samples']} of {data['available']} samples from `{data['path']}` ({data['source']}{files}, "
+             f"seed {data['seed']}), samples sha256 `{data['samples_sha256'][:16]}...`.", "",
+             "| input | min | max | mean | std | neighbour correlation |", "|---|---|---|---|---|---|"]
+    for name, s in data["stats"].items():
+        corr = s.get("neighbour_correlation")
+        lines.append(f"| {name} | {s['min']:.4g} | {s['max']:.4g} | {s['mean']:.4g} | {s['std']:.4g} | "
+                     f"{'-' if corr is None else f'{corr:.2f}'} |")
+    lines.append("")
+    return lines
 
 
 def passes_markdown(p: Mapping[str, Any]) -> list[str]:

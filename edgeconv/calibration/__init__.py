@@ -1,9 +1,8 @@
-"""Calibration data: registered sources and the checks run before calibrating."""
+"""Calibration data: registered sources, the checks run before calibrating, and the
+seeded, hashed sample set fed to the converter (streamed, never held in memory)."""
 
 from __future__ import annotations
 
-from .sources import CalibrationSource, NpySource, NpzSource
+from .sources import SOURCES, Reader, Source, resolve_source
 
-SOURCES: dict[str, type[CalibrationSource]] = {cls.name: cls for cls in (NpzSource, NpySource)}
-
-__all__ = ["SOURCES", "CalibrationSource"]
+__all__ = ["SOURCES", "Reader", "Source", "resolve_source"]

@@ -7,10 +7,12 @@ why. Anything else (a crash, a signal) is reported by the parent as an internal 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -24,19 +26,35 @@ def _summary(message: str) -> str:
     return text[:1500] + (" ..." if len(text) > 1500 else "")
 
 
-def convert(job_dir: Path) -> int:
+def samples(job: dict[str, Any], report: IO[str] | None) -> Iterator[dict[str, np.ndarray]]:
+    """Calibration batches streamed from the spool files: one batch in memory at a time."""
+    batch: int = job["batch_size"]
+    files = [open(spec["file"], "rb") for spec in job["inputs"]]  # noqa: SIM115 - closed below
+    try:
+        for done in range(batch, job["count"] + 1, batch):
+            out = {}
+            for f, spec in zip(files, job["inputs"]):
+                dtype = np.dtype(spec["dtype"])
+                shape = (batch, *spec["shape"])
+                out[spec["name"]] = np.frombuffer(f.read(int(np.prod(shape)) * dtype.itemsize), dtype).reshape(shape)
+            yield out
+            if report is not None:
+                report.write(f"{done}\n")
+                report.flush()
+    finally:
+        for f in files:
+            f.close()
+
+
+def convert(job_dir: Path, progress_fd: int | None = None) -> int:
     from edgeconv._tf import import_tf
 
     tf = import_tf()
     job = json.loads((job_dir / "job.json").read_text())
-    data = np.load(job_dir / "calibration.npz")
-    names: list[str] = job["inputs"]
-    batch: int = job["batch_size"]
-    count = len(data[names[0]])
+    report = os.fdopen(progress_fd, "w") if progress_fd is not None else None
 
     def representative() -> Any:
-        for i in range(0, count, batch):
-            yield {name: data[name][i:i + batch] for name in names}
+        yield from samples(job, report)
 
     types = {"int8": tf.int8, "uint8": tf.uint8}
     converter = tf.lite.TFLiteConverter.from_saved_model(str(job_dir / "saved_model"),
@@ -61,4 +79,4 @@ def convert(job_dir: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(convert(Path(sys.argv[1])))
+    sys.exit(convert(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else None))

@@ -14,13 +14,14 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import IO
 
 from .._tf import quiet_tf_env
-from ..calibration.checks import CalibrationSet
+from ..calibration.samples import Progress, SampleSet
 from ..errors import InternalError, ModelError
 from ..ir import FrozenGraph, source_layers
 from .tf_graph import save_serving_model
@@ -45,14 +46,19 @@ class Exported:
     log: str  # the converter's own output, for the log file
 
 
-def tflite_from_graph(graph: FrozenGraph, calibration: CalibrationSet, options: ExportOptions,
-                      workdir: Path) -> Exported:
-    """Quantize ``graph`` to INT8, calibrated on exactly ``calibration``'s samples."""
+def tflite_from_graph(graph: FrozenGraph, calibration: SampleSet, options: ExportOptions,
+                      workdir: Path, progress: Progress | None = None) -> Exported:
+    """Quantize ``graph`` to INT8, calibrated on exactly ``calibration``'s samples.
+
+    The worker streams the samples from the spool files, one batch at a time, and
+    reports each calibration step on a pipe; ``progress`` hears about them.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
     save_serving_model(graph, workdir / "saved_model")
-    arrays: dict[str, Any] = {k: np.asarray(v) for k, v in calibration.arrays.items()}
-    np.savez(workdir / "calibration.npz", **arrays)
     job = {
-        "inputs": [i.name for i in graph.inputs],
+        "inputs": [{"name": i.name, "shape": list(i.shape[1:]), "dtype": i.dtype,
+                    "file": str(calibration.spool_file(k))} for k, i in enumerate(calibration.inputs)],
+        "count": calibration.count,
         "batch_size": options.batch_size,
         "input_type": options.input_type,
         "output_type": options.output_type,
@@ -61,13 +67,24 @@ def tflite_from_graph(graph: FrozenGraph, calibration: CalibrationSet, options: 
     (workdir / "job.json").write_text(json.dumps(job))
     env = dict(os.environ)
     quiet_tf_env(env)
-    try:
-        proc = subprocess.run([sys.executable, "-m", WORKER, str(workdir)], capture_output=True, text=True,
-                              env=env, timeout=options.timeout_s)
-    except subprocess.TimeoutExpired:
-        raise InternalError("convert", f"the TFLite converter did not finish within {options.timeout_s:.0f} s"
-                            ) from None
-    log = proc.stdout + proc.stderr
+    read_fd, write_fd = os.pipe()
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen([sys.executable, "-m", WORKER, str(workdir), str(write_fd)], stdout=out,
+                                stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,))
+        os.close(write_fd)
+        with os.fdopen(read_fd) as pipe:
+            listener = threading.Thread(target=_relay, args=(pipe, calibration.count, progress), daemon=True)
+            listener.start()
+            try:
+                proc.wait(timeout=options.timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise InternalError("convert", f"the TFLite converter did not finish within "
+                                    f"{options.timeout_s:.0f} s") from None
+            listener.join(timeout=5)
+        out.seek(0)
+        log = out.read().decode(errors="replace")
     if proc.returncode == 0:
         return Exported((workdir / "model.tflite").read_bytes(), log)
     if proc.returncode == EXIT_CONVERTER_ERROR and (workdir / "error.json").exists():
@@ -82,6 +99,16 @@ def tflite_from_graph(graph: FrozenGraph, calibration: CalibrationSet, options: 
                             f"{_crash_hint(graph)}", log=_tail(log))
     raise InternalError("convert", f"the converter process failed with exit code {proc.returncode}",
                         log=_tail(log))
+
+
+def _relay(pipe: IO[str], total: int, progress: Progress | None) -> None:
+    """Pass the worker's "calibrated N samples" lines on to ``progress``, at most twice a second."""
+    last = 0.0
+    for line in pipe:
+        done = int(line.split()[0])
+        if progress is not None and (time.monotonic() - last > 0.5 or done >= total):
+            progress("calibrating", done, total)
+            last = time.monotonic()
 
 
 def _crash_hint(graph: FrozenGraph) -> str:

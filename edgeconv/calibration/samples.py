@@ -1,0 +1,241 @@
+"""The samples a build uses: drawn with a seed, checked against the model signature,
+measured, hashed, and spooled to disk one at a time.
+
+Nothing holds all samples in memory: each sample is read, checked, added to the
+running statistics and the content hash, and appended to one raw file per model
+input. The converter's worker and the equivalence check read those files back a
+batch at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import DataError, did_you_mean
+from ..ir import TensorSpec
+from .sources import UNNAMED, Field, Reader
+
+_MAX_LISTED = 5
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+class Stats:
+    """Running statistics of one input: range, mean, std (float64 sums), per channel for
+    images (last axis of size 1-4), and the mean lag-1 correlation of neighbouring
+    values along the first long axis (near 0 for noise, high for real images/signals)."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = shape
+        self.n = 0
+        self.min, self.max = np.inf, -np.inf
+        self.sum = self.sumsq = 0.0
+        self.channels = shape[-1] if len(shape) == 3 and 1 <= shape[-1] <= 4 else 0
+        self.ch_min = np.full(self.channels, np.inf)
+        self.ch_max = np.full(self.channels, -np.inf)
+        self.ch_sum = np.zeros(self.channels)
+        self.ch_sumsq = np.zeros(self.channels)
+        self.axis = 0 if len(shape) >= 2 and shape[0] >= 8 else (1 if len(shape) >= 3 and shape[1] >= 8 else None)
+        self.corr_sum, self.corr_n = 0.0, 0
+        self.first: np.ndarray | None = None
+        self.varies = False
+
+    def update(self, x: np.ndarray) -> None:
+        v = x.astype(np.float64, copy=False)
+        self.n += 1
+        self.min, self.max = min(self.min, float(v.min())), max(self.max, float(v.max()))
+        self.sum += float(v.sum())
+        self.sumsq += float(np.square(v).sum())
+        if self.first is None:
+            self.first = v.copy()
+        elif not self.varies and not np.array_equal(v, self.first):
+            self.varies = True
+        if self.channels:
+            flat = v.reshape(-1, self.channels)
+            self.ch_min = np.minimum(self.ch_min, flat.min(0))
+            self.ch_max = np.maximum(self.ch_max, flat.max(0))
+            self.ch_sum += flat.sum(0)
+            self.ch_sumsq += np.square(flat).sum(0)
+        if self.axis is not None:
+            n = v.shape[self.axis]
+            a = np.take(v, range(n - 1), axis=self.axis).ravel()
+            b = np.take(v, range(1, n), axis=self.axis).ravel()
+            sa, sb = a.std(), b.std()
+            if sa > 0 and sb > 0:
+                self.corr_sum += float(((a - a.mean()) * (b - b.mean())).mean() / (sa * sb))
+                self.corr_n += 1
+
+    def result(self) -> dict[str, Any]:
+        size = self.n * int(np.prod(self.shape, dtype=np.int64))
+        mean = self.sum / size
+        out: dict[str, Any] = {"min": self.min, "max": self.max, "mean": mean,
+                               "std": float(np.sqrt(max(self.sumsq / size - mean * mean, 0.0))),
+                               "constant": not self.varies and float(self.min) == float(self.max)}
+        if self.channels:
+            per = size // self.channels
+            ch_mean = self.ch_sum / per
+            out["per_channel"] = {
+                "min": self.ch_min.tolist(), "max": self.ch_max.tolist(), "mean": ch_mean.tolist(),
+                "std": np.sqrt(np.maximum(self.ch_sumsq / per - ch_mean ** 2, 0.0)).tolist()}
+        if self.corr_n:
+            out["neighbour_correlation"] = self.corr_sum / self.corr_n
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleSet:
+    """Exactly the samples a build uses, spooled in ``folder`` (one raw file per input)."""
+
+    role: str  # "calibration" or "evaluation"
+    source: str
+    location: str
+    files: tuple[Path, ...]
+    available: int
+    seed: int
+    indices: tuple[int, ...]  # positions in the data, ascending: the order the samples are fed
+    inputs: tuple[TensorSpec, ...]
+    folder: Path
+    sha256: str
+    stats: Mapping[str, Mapping[str, Any]]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.indices)
+
+    def spool_file(self, k: int) -> Path:
+        return self.folder / f"{self.role}-{k}.bin"
+
+    def batches(self, batch_size: int, limit: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+        """Batches of ``batch_size`` consecutive samples, read from the spool (at most ``limit`` samples)."""
+        total = self.count if limit is None else min(limit, self.count)
+        files = [self.spool_file(k).open("rb") for k in range(len(self.inputs))]
+        try:
+            for _ in range(total // batch_size):
+                batch = {}
+                for f, spec in zip(files, self.inputs):
+                    shape = (batch_size, *spec.shape[1:])
+                    dtype = np.dtype(spec.dtype)
+                    data = f.read(int(np.prod(shape)) * dtype.itemsize)
+                    batch[spec.name] = np.frombuffer(data, dtype).reshape(shape)
+                yield batch
+        finally:
+            for f in files:
+                f.close()
+
+
+def match_fields(fields: Sequence[Field], inputs: Sequence[TensorSpec], location: str,
+                 ignore: Sequence[str] = ()) -> tuple[dict[str, TensorSpec], list[str]]:
+    """Key the source's arrays by model input and check shapes and dtypes; every problem at once.
+
+    Returns field name -> model input, and notes on dtype casts.
+    """
+    names = [i.name for i in inputs]
+    by_name = {i.name: i for i in inputs}
+    fields = [f for f in fields if f.name not in ignore]
+    problems: list[str] = []
+    if [f.name for f in fields] == [UNNAMED]:
+        if len(inputs) != 1:
+            raise DataError(f"{location}: holds one unnamed array, but the model has {len(inputs)} inputs "
+                            f"({', '.join(names)}); key the data by input name (an .npz) or set input:")
+        fields = [dataclasses.replace(fields[0], name=names[0])]
+        mapping_from = {names[0]: UNNAMED}
+    else:
+        mapping_from = {f.name: f.name for f in fields}
+    given = [f.name for f in fields]
+    for f in fields:
+        if f.name not in by_name:
+            problems.append(f"{location}: array {f.name!r} is not a model input (inputs: {', '.join(names)})"
+                            f"{did_you_mean(f.name, names)}")
+    for spec in inputs:
+        if spec.name not in given:
+            problems.append(f"{location}: no array for model input {spec.name!r} (arrays: "
+                            f"{', '.join(sorted(given)) or 'none'}){did_you_mean(spec.name, given)}")
+    out: dict[str, TensorSpec] = {}
+    notes: list[str] = []
+    for f in fields:
+        found = by_name.get(f.name)
+        if found is None:
+            continue
+        spec = found
+        sample_shape = tuple(spec.shape[1:])
+        if tuple(f.shape) != sample_shape:
+            problems.append(f"{location}: input {spec.name!r} has samples of shape {tuple(f.shape)}, the model "
+                            f"expects {sample_shape} (array shape (N, {', '.join(map(str, sample_shape))}) for "
+                            f"model input shape {spec.shape})")
+            continue
+        want = np.dtype(spec.dtype)
+        if f.dtype != want:
+            if (want.kind == "f" and f.dtype.kind == "f") or (want.kind in "iu" and f.dtype.kind in "iu"):
+                notes.append(f"input {spec.name!r}: {f.dtype} data cast to {want}")
+            elif want.kind == "f":
+                problems.append(f"{location}: input {spec.name!r} is {f.dtype} but the model input is {want}: apply "
+                                "the model's preprocessing (e.g. scale to the range it was trained on) and save float "
+                                "data")
+                continue
+            else:
+                problems.append(f"{location}: input {spec.name!r} is {f.dtype} but the model input is {want}")
+                continue
+        out[mapping_from[f.name]] = spec
+    if problems:
+        raise DataError("\n".join(problems))
+    return out, notes
+
+
+def collect(reader: Reader, inputs: Sequence[TensorSpec], *, role: str, source: str, samples: int | None,
+            seed: int, folder: Path, ignore: Sequence[str] = (), progress: Progress | None = None) -> SampleSet:
+    """Draw, check, measure, hash and spool the samples of ``reader``."""
+    fields = reader.fields()
+    mapping, notes = match_fields(fields, inputs, reader.location, ignore)
+    available = reader.count()
+    wanted = available if samples is None else samples
+    if wanted > available:
+        raise DataError(f"{reader.location}: {role}.samples is {wanted} but the data holds {available} samples; "
+                        f"set {role}.samples to {available} or fewer")
+    indices = np.sort(np.random.default_rng(seed).choice(available, size=wanted, replace=False))
+    order = [spec for spec in inputs]
+    stats = {spec.name: Stats(tuple(spec.shape[1:])) for spec in order}
+    digests = {spec.name: hashlib.sha256() for spec in order}
+    outs = [(folder / f"{role}-{k}.bin").open("wb") for k in range(len(order))]
+    bad: list[tuple[int, str]] = []
+    done = 0
+    last = time.monotonic()
+    try:
+        for index, sample in reader.read([int(i) for i in indices]):
+            keyed = {mapping[k].name: v for k, v in sample.items() if k in mapping}
+            for k, spec in enumerate(order):
+                x = np.ascontiguousarray(keyed[spec.name], dtype=np.dtype(spec.dtype))
+                if x.shape != tuple(spec.shape[1:]):
+                    raise DataError(f"{reader.where(index)}: input {spec.name!r} has shape {x.shape}, the model "
+                                    f"expects {tuple(spec.shape[1:])}")
+                if x.dtype.kind == "f" and not np.isfinite(x).all():
+                    bad.append((index, spec.name))
+                    continue
+                stats[spec.name].update(x)
+                digests[spec.name].update(x.tobytes())
+                outs[k].write(x.tobytes())
+            done += 1
+            if progress is not None and (time.monotonic() - last > 0.5 or done == wanted):
+                progress(f"reading {role} data", done, wanted)
+                last = time.monotonic()
+    finally:
+        for f in outs:
+            f.close()
+        reader.close()
+    if bad:
+        listed = ", ".join(f"{reader.where(i)} ({name!r})" for i, name in bad[:_MAX_LISTED])
+        more = ", ..." if len(bad) > _MAX_LISTED else ""
+        raise DataError(f"{reader.location}: NaN or Inf in {len(bad)} sample(s) of the {role} data: {listed}{more}")
+    total = hashlib.sha256()
+    for spec in order:
+        total.update(f"{spec.name}\0{np.dtype(spec.dtype).str}\0{(wanted, *spec.shape[1:])}\0".encode())
+        total.update(digests[spec.name].digest())
+    return SampleSet(role, source, reader.location, tuple(reader.files()), available, seed,
+                     tuple(int(i) for i in indices), tuple(order), folder, total.hexdigest(),
+                     {name: s.result() for name, s in stats.items()}, tuple(notes))
