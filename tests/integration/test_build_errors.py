@@ -82,8 +82,8 @@ def test_converter_crash_is_exit_3_with_a_log(tmp_path: Path, capsys: pytest.Cap
     inp = keras.Input((5, 3), name="seq")
     out = keras.layers.Dense(2, name="head")(keras.layers.LSTM(4, name="lstm")(inp))
     keras.Model(inp, out).save(tmp_path / "lstm.keras")
-    np.savez(tmp_path / "cal.npz", seq=np.random.default_rng(0).normal(size=(8, 5, 3)).astype(np.float32))
-    code, err = build([str(models.pipeline(tmp_path, "lstm.keras", "cal.npz", samples=8))], capsys)
+    np.savez(tmp_path / "cal.npz", seq=np.random.default_rng(0).normal(size=(10, 5, 3)).astype(np.float32))
+    code, err = build([str(models.pipeline(tmp_path, "lstm.keras", "cal.npz", samples=10))], capsys)
     assert code == 3
     lines = err.splitlines()
     assert lines[0] == ("edgeconv: internal error: stage 'convert': the TFLite converter crashed (SIGSEGV) while "
@@ -123,9 +123,9 @@ GOOD = np.random.default_rng(0).random((300, 16, 16, 1), dtype=np.float32)
      "bad.npz: input 'image' is uint8 but the model input is float32: apply the model's preprocessing (e.g. scale "
      "to the range it was trained on) and save float data"),
     ({"image": GOOD[:50]},
-     "bad.npz: calibration.samples is 200 but the file holds 50 samples; set calibration.samples to 50 or fewer"),
-    ({"image": np.where(np.arange(300)[:, None, None, None] == 17, np.nan, GOOD)},
-     "bad.npz: array 'image' has NaN or Inf in 1 sample(s): index 17"),
+     "bad.npz: calibration.samples is 200 but the data holds 50 samples; set calibration.samples to 50 or fewer"),
+    ({"image": np.where(np.arange(300)[:, None, None, None] == 17, np.nan, GOOD)[:200]},
+     "bad.npz: NaN or Inf in 1 sample(s) of the calibration data: bad.npz sample 17 ('image')"),
     ({"images": GOOD},
      "bad.npz: array 'images' is not a model input (inputs: image); did you mean 'image'?"),
 ])
@@ -140,10 +140,11 @@ def test_bad_calibration_data(project: Path, capsys: pytest.CaptureFixture[str],
 
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda t: t.replace("samples: 200", "samples: 200\n  sample: 3"),
-     "pipeline.yaml:13: calibration: unknown key 'sample' (allowed: path, samples, seed, source); did you mean "
+     "pipeline.yaml:13: calibration: unknown key 'sample' (allowed: columns, expected_range, features, function, "
+     "input, min_samples, path, preprocess, samples, seed, source, stride, trust_code, window); did you mean "
      "'samples'?"),
     (lambda t: t.replace("  - generic-int8", "  - generic-int"),
-     f"pipeline.yaml:22: targets[0]: unknown target 'generic-int' (allowed: {TARGET_CHOICES}); did you mean "
+     f"pipeline.yaml:25: targets[0]: unknown target 'generic-int' (allowed: {TARGET_CHOICES}); did you mean "
      "'generic-int8'?"),
     (lambda t: t.replace("path: examples/digits/model.keras", "path: examples/digits/modle.keras"),
      "pipeline.yaml:7: model.path: file not found: 'examples/digits/modle.keras' (resolved to "

@@ -114,10 +114,10 @@ def _edgetpu(tmp_path: Path, build: Any, shape: tuple[int, ...], capsys: pytest.
     keras.utils.set_random_seed(3)
     inp = keras.Input(shape[1:], batch_size=shape[0], name="x")
     keras.Model(inp, build(inp)).save(tmp_path / "m.keras")
-    np.savez(tmp_path / "cal.npz", x=np.random.default_rng(1).uniform(-1, 1, (8 * shape[0], *shape[1:]))
+    np.savez(tmp_path / "cal.npz", x=np.random.default_rng(1).uniform(-1, 1, (16 * shape[0], *shape[1:]))
              .astype(np.float32))
     (tmp_path / "p.yaml").write_text(f"version: 1\nmodel: {{path: m.keras, batch_size: {shape[0]}}}\n"
-                                     f"calibration: {{path: cal.npz, samples: {8 * shape[0]}}}\n"
+                                     f"calibration: {{path: cal.npz, samples: {16 * shape[0]}}}\n"
                                      "targets: [edgetpu]\n")
     assert main(["build", str(tmp_path / "p.yaml"), "-q"]) == 0, capsys.readouterr().err
     report = json.loads((tmp_path / "build" / "m" / "report.json").read_text())

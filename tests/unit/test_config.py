@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 from pathlib import Path
@@ -9,6 +10,7 @@ import pytest
 import yaml
 
 from edgeconv import ConfigError, load_pipeline
+from edgeconv.calibration import resolve_source
 from edgeconv.config import pipeline_json_schema, pipeline_json_schema_text, resolved_yaml
 from edgeconv.passes import StripTrainingPass
 
@@ -49,7 +51,7 @@ def test_shipped_example_is_valid() -> None:
     assert config.build_name == "digits"
     assert config.targets == ("generic-int8", "arm-neon", "edgetpu", "tflm-cmsis-nn")
     assert [p.name for p in config.passes] == ["strip-training"]
-    assert config.calibration.resolved_source() == "npz"
+    assert resolve_source(config.calibration) == "npz"
 
 
 def test_defaults_are_filled(project: Path) -> None:
@@ -73,7 +75,7 @@ def test_resolved_pipeline_round_trips(project: Path) -> None:
     assert again.model.resolved_format() is config.model.resolved_format()
     assert again.quantization == config.quantization and again.verify == config.verify
     assert again.calibration.path == config.calibration.path
-    assert again.calibration.resolved_source() == "npz"
+    assert again.calibration == dataclasses.replace(config.calibration, source="npz")
     assert again.output_dir == out
     data = yaml.safe_load(resolved.read_text())
     assert data["passes"] == [{"name": "strip-training"}]
@@ -82,10 +84,11 @@ def test_resolved_pipeline_round_trips(project: Path) -> None:
 
 @pytest.mark.parametrize(("text", "expected"), [
     (MINIMAL + "calibraton: {path: cal.npz}\n",
-     "p.yaml:6: top level: unknown key 'calibraton' (allowed: calibration, gates, model, name, output, passes, "
-     "quantization, targets, verify, version); did you mean 'calibration'?"),
+     "p.yaml:6: top level: unknown key 'calibraton' (allowed: calibration, evaluation, gates, model, name, output, "
+     "passes, quantization, targets, verify, version); did you mean 'calibration'?"),
     (MINIMAL.replace("  path: cal.npz", "  path: cal.npz\n  sample: 10"),
-     "p.yaml:6: calibration: unknown key 'sample' (allowed: path, samples, seed, source); did you mean 'samples'?"),
+     "p.yaml:6: calibration: unknown key 'sample' (allowed: columns, expected_range, features, function, input, "
+     "min_samples, path, preprocess, samples, seed, source, stride, trust_code, window); did you mean 'samples'?"),
     (MINIMAL + "targets: [generic-int9]\n",
      f"p.yaml:6: targets[0]: unknown target 'generic-int9' (allowed: {TARGET_CHOICES}); did you mean 'generic-int8'?"),
     (MINIMAL + "passes: [strip-trainig]\n",
@@ -135,7 +138,8 @@ def test_unknown_suffix_needs_an_explicit_source(project: Path) -> None:
     (project / "cal.bin").write_bytes(b"x")
     path = write(project, MINIMAL.replace("path: cal.npz", "path: cal.bin"))
     assert problems(path) == ["p.yaml:5: calibration.path: cannot tell the data source from suffix '.bin' "
-                              "(known: .npy, .npz); set calibration.source"]
+                              "(known: .csv, .npy, .npz, .tfrec, .tfrecord, .tfrecords, or a folder); set "
+                              "calibration.source"]
 
 
 def test_every_problem_is_reported_at_once(project: Path) -> None:
@@ -335,3 +339,75 @@ def test_pass_options_are_parsed_and_listed(project: Path) -> None:
         "lower-conv-to-gemm: Rewrite Conv2D as im2col patches + MatMul (FULLY_CONNECTED in the .tflite) for targets "
         "without a convolution kernel; 1x1 convolutions become a plain MatMul. The report gives each GEMM's M x K x N.",
         "    option layers: Lower only the convolutions of these source layers (default: all)."]
+
+
+# -- data sections ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def data(project: Path) -> Path:
+    (project / "photos").mkdir()
+    (project / "photos" / "a.png").write_bytes(b"\x89PNG")
+    (project / "runs.csv").write_text("t,ax\n0,1\n")
+    (project / "mixed").mkdir()
+    (project / "mixed" / "x.npy").write_bytes(b"")
+    (project / "mixed" / "y.csv").write_text("")
+    (project / "empty").mkdir()
+    return project
+
+
+def with_calibration(section: str, extra: str = "") -> str:
+    return f"version: 1\nmodel:\n  path: m.keras\ncalibration:\n{section}{extra}"
+
+
+@pytest.mark.parametrize(("section", "expected"), [
+    ("  path: photos\n",
+     "p.yaml:5: calibration: source images needs preprocess: with scale/offset or mean/std (how pixels 0-255 become "
+     "the model input)"),
+    ("  path: photos\n  preprocess: {scale: 0.5, mean: [1], std: [2]}\n",
+     "p.yaml:6: calibration.preprocess: give either scale (and offset) or mean and std, e.g. scale: "
+     "0.00392156862745098 for inputs in [0, 1]"),
+    ("  path: photos\n  preprocess: {mean: [1, 2], std: [2, 2]}\n",
+     "p.yaml:6: calibration.preprocess: mean and std need the same length, 1 or 3 values, and no zero std"),
+    ("  path: photos\n  preprocess: {scale: 1.0, size: [32]}\n",
+     "p.yaml:6: calibration.preprocess.size: expected [height, width], got [32]"),
+    ("  path: cal.npz\n  window: 8\n",
+     "p.yaml:6: calibration.window: applies to source csv only (this data is npz)"),
+    ("  path: runs.csv\n  columns: {imu: [ax]}\n  preprocess: {scale: 1.0}\n",
+     "p.yaml:7: calibration.preprocess: applies to source images and tfrecord only (this data is csv)"),
+    ("  path: runs.csv\n",
+     "p.yaml:5: calibration: source csv needs columns: {input_name: [column, ...]}"),
+    ("  path: mixed\n",
+     "p.yaml:5: calibration.path: cannot tell the source of folder 'mixed' (it holds files for npy-dir, csv); set "
+     "calibration.source"),
+    ("  path: empty\n",
+     "p.yaml:5: calibration.path: cannot tell the source of folder 'empty' (it holds no data files); set "
+     "calibration.source"),
+    ("  source: python\n  function: gen:samples\n",
+     "p.yaml:6: calibration.function: runs Python code from the pipeline's folder (gen:samples), which edgeconv does "
+     "not do unless the pipeline says so: set trust_code: true if you trust that code"),
+    ("  source: python\n  function: gen_samples\n  trust_code: true\n",
+     "p.yaml:5: calibration: source python needs function: 'module:function'"),
+    ("  source: csvv\n  path: runs.csv\n",
+     "p.yaml:5: calibration.source: unknown name 'csvv' (allowed: csv, images, npy, npy-dir, npz, python, "
+     "tfrecord); did you mean 'csv'?"),
+    ("  path: cal.npz\n  samples: 9\n",
+     "p.yaml:6: calibration.samples: 9 samples cannot calibrate a model (at least 10; calibration.min_samples, 100, "
+     "is where warnings stop)"),
+    ("  path: cal.npz\n  expected_range: {image: [1, 0]}\n",
+     "p.yaml:6: calibration.expected_range.image: expected [low, high] with low < high, got [1.0, 0.0]"),
+])
+def test_data_section_mistakes(data: Path, section: str, expected: str) -> None:
+    assert problems(write(data, with_calibration(section))) == [expected]
+
+
+def test_sources_and_evaluation_preprocessing(data: Path) -> None:
+    text = with_calibration("  path: photos\n  preprocess: {scale: 0.00392156862745098, fit: crop}\n",
+                            "evaluation:\n  path: photos\n  labels: label\n")
+    config = load_pipeline(write(data, text))
+    assert resolve_source(config.calibration) == "images"
+    assert config.evaluation.preprocess == config.calibration.preprocess  # evaluation images: same preprocessing
+    python = with_calibration("  source: python\n  function: gen:samples\n  trust_code: true\n")
+    assert load_pipeline(write(data, python, "py.yaml")).calibration.path is None
+    resolved = yaml.safe_load(resolved_yaml(load_pipeline(write(data, text, "r.yaml")), data))
+    assert set(resolved["calibration"]) == {"path", "source", "input", "preprocess", "samples", "seed",
+                                            "min_samples", "expected_range"}
