@@ -29,6 +29,7 @@ def _summary(message: str) -> str:
 def samples(job: dict[str, Any], report: IO[str] | None) -> Iterator[dict[str, np.ndarray]]:
     """Calibration batches streamed from the spool files: one batch in memory at a time."""
     batch: int = job["batch_size"]
+    every = max(batch, job["count"] // 200)  # about 200 progress reports, whatever the count
     files = [open(spec["file"], "rb") for spec in job["inputs"]]  # noqa: SIM115 - closed below
     try:
         for done in range(batch, job["count"] + 1, batch):
@@ -38,7 +39,7 @@ def samples(job: dict[str, Any], report: IO[str] | None) -> Iterator[dict[str, n
                 shape = (batch, *spec["shape"])
                 out[spec["name"]] = np.frombuffer(f.read(int(np.prod(shape)) * dtype.itemsize), dtype).reshape(shape)
             yield out
-            if report is not None:
+            if report is not None and (done % every < batch or done + batch > job["count"]):
                 report.write(f"{done}\n")
                 report.flush()
     finally:
