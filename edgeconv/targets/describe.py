@@ -20,10 +20,20 @@ def _compiler_lines(target: Target) -> list[str]:
             f"{target.name}.<OP>.{c.rule.id}: {c.rule.text} (if broken: {c.rule.effect.value}) [{c.rule.source}]"]
 
 
+def quantization_line(target: Target) -> str:
+    """The modes a target's verdicts hold for, and why: the same text config errors and the report use."""
+    q = target.quantization
+    floats = "runs float ops left in a quantized model" if q.float_fallback else "runs no float ops left in a " \
+        "quantized model (quantization.keep_float)"
+    why = f" {q.why}" if q.why else ""
+    return f"Quantization modes: {', '.join(q.modes)}; {floats}.{why}" + (f" [{q.source}]" if q.source else "")
+
+
 def describe(target: Target) -> str:
     lines = [f"{target.name}: {target.title}", ""]
     if target.description:
         lines += [target.description, ""]
+    lines += [quantization_line(target), ""]
     if target.compiler is not None:
         lines += [*_compiler_lines(target), "", "Sources:"]
         return "\n".join(lines + [f"  {key}: {text}" for key, text in target.sources.items()])
@@ -61,7 +71,7 @@ def supported_ops_markdown(targets: list[Target]) -> str:
              "`edgeconv/targets/data/` and the constraint docstrings; do not edit by hand.", ""]
     lines += [f"- [{t.name}](#{t.name}): {t.title}" for t in targets]
     for t in targets:
-        lines += ["", f"## {t.name}", "", f"**{t.title}.** {t.description}", ""]
+        lines += ["", f"## {t.name}", "", f"**{t.title}.** {t.description}", "", _md(quantization_line(t)), ""]
         if t.compiler is not None:
             lines += [_md(line) for line in _compiler_lines(t)] + ["", "Sources:", ""]
             lines += [f"- **{key}**: {text}" for key, text in t.sources.items()]

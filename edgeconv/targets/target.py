@@ -102,6 +102,20 @@ class Compiler:
     rule: Rule  # the rule an op breaks when the compiler leaves it on the CPU
 
 
+QUANT_MODES = ("int8", "int16x8", "dynamic", "float16", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantPolicy:
+    """Which quantization modes a target's verdicts hold for, and whether it runs float ops
+    left in a quantized model (``quantization.keep_float``)."""
+
+    modes: tuple[str, ...] = ("int8",)
+    float_fallback: bool = False
+    source: str = ""  # source key
+    why: str = ""
+
+
 @dataclasses.dataclass(frozen=True)
 class Target:
     name: str
@@ -116,6 +130,7 @@ class Target:
     unlisted: Rule
     notes: Mapping[str, KnownOp]
     compiler: Compiler | None = None
+    quantization: QuantPolicy = QuantPolicy()
 
     def entry_for(self, op_type: str, custom_code: str | None) -> OpEntry | None:
         if custom_code is not None and f"{op_type}:{custom_code}" in self.ops:
@@ -124,7 +139,7 @@ class Target:
 
 
 _TOP_KEYS = ("schema_version", "name", "title", "description", "sources", "placement", "default_effect",
-             "compiler", "unlisted", "notes", "fixes", "all_ops", "ops")
+             "compiler", "quantization", "unlisted", "notes", "fixes", "all_ops", "ops")
 COMPILERS = ("vela",)
 _RULE_KEYS = ("check", "id", "source", "fix", "effect")
 _EFFECTS = [e.value for e in Effect]
@@ -160,6 +175,7 @@ def load_target_file(path: Path, expected_name: str | None = None) -> Target:
     default = _effect(top.get("default_effect"), "default_effect", ctx)
     all_ops = tuple(_rules(top.get("all_ops"), "all_ops", sources, ctx, fixes, default))
     compiler = _compiler(top.get("compiler"), sources, ctx)
+    quantization = _quantization(top.get("quantization"), sources, ctx)
     ops: dict[str, OpEntry] = {}
     for op_name, op_node in _mapping(top.get("ops"), "ops", ctx).items():
         key = f"ops.{op_name}"
@@ -193,7 +209,32 @@ def load_target_file(path: Path, expected_name: str | None = None) -> Target:
         raise ConfigError(ctx.problems)
     description = " ".join(_scalar(top["description"], "description", ctx).split()) if "description" in top else ""
     return Target(name, _scalar(top["title"], "title", ctx), description, path, sources, placement, segment_rule,
-                  all_ops, ops, unlisted, notes, compiler)
+                  all_ops, ops, unlisted, notes, compiler, quantization)
+
+
+def _quantization(node: yaml.Node | None, sources: Mapping[str, str], ctx: Ctx) -> QuantPolicy:
+    """``quantization: {modes: [...], float_fallback: bool, source: KEY, why: text}``; default int8 only."""
+    if node is None:
+        return QuantPolicy()
+    fields = _mapping(node, "quantization", ctx, allowed=("modes", "float_fallback", "source", "why"))
+    modes: list[str] = []
+    mode_node = fields.get("modes")
+    if not isinstance(mode_node, yaml.SequenceNode) or not mode_node.value:
+        ctx.error(mode_node or node, "quantization.modes", f"expected a non-empty list of modes "
+                  f"({allowed_list(QUANT_MODES)})")
+    else:
+        for i, item in enumerate(mode_node.value):
+            value = _scalar(item, f"quantization.modes[{i}]", ctx)
+            if value not in QUANT_MODES:
+                ctx.error(item, f"quantization.modes[{i}]", f"unknown mode {value!r} (allowed: "
+                          f"{allowed_list(QUANT_MODES)}){did_you_mean(value, QUANT_MODES)}")
+            modes.append(value)
+    fallback = fields.get("float_fallback")
+    flag = _scalar(fallback, "quantization.float_fallback", ctx) if fallback is not None else "false"
+    if flag not in ("true", "false"):
+        ctx.error(fallback or node, "quantization.float_fallback", f"expected true or false, got {flag!r}")
+    return QuantPolicy(tuple(modes), flag == "true", _source(fields.get("source"), "quantization.source", sources, ctx),
+                       " ".join(_scalar(fields["why"], "quantization.why", ctx).split()) if "why" in fields else "")
 
 
 def _compiler(node: yaml.Node | None, sources: Mapping[str, str], ctx: Ctx) -> Compiler | None:
