@@ -181,7 +181,7 @@ def _build(config: object, args: argparse.Namespace) -> int:
         print(f"{t['name']}: {t['verdict'].upper()} ({c['supported']} supported, {c['cpu_fallback']} cpu_fallback, "
               f"{c['unsupported']} unsupported)")
     quant = result.report["quantization"]
-    warnings = quant["calibration"]["warnings"] if quant is not None else []
+    warnings = quant["calibration"]["warnings"] if quant is not None and quant["calibration"] is not None else []
     if warnings:
         print(f"calibration: {len(warnings)} warning(s); the report lists them (gates.fail_on_calibration_warnings "
               "makes them fail the build)")

@@ -40,12 +40,33 @@ class ModelFormat(enum.Enum):
 
 
 class QuantMode(enum.Enum):
-    INT8 = "int8"
+    INT8 = "int8"  # full integer: int8 weights and activations, calibrated
+    INT16X8 = "int16x8"  # int16 activations, int8 weights, calibrated
+    DYNAMIC = "dynamic"  # dynamic-range: int8 weights, float activations
+    FLOAT16 = "float16"  # float16 weights
+    NONE = "none"  # float32
+
+    @property
+    def calibrated(self) -> bool:
+        return self in (QuantMode.INT8, QuantMode.INT16X8)
 
 
 class IOType(enum.Enum):
+    AUTO = "auto"  # int8 for int8, int16 for int16x8, float32 otherwise
     INT8 = "int8"
     UINT8 = "uint8"
+    INT16 = "int16"
+    FLOAT32 = "float32"
+
+
+# Model input/output types each mode can have.
+MODE_IO: dict[QuantMode, tuple[IOType, ...]] = {
+    QuantMode.INT8: (IOType.INT8, IOType.UINT8, IOType.FLOAT32),
+    QuantMode.INT16X8: (IOType.INT16, IOType.FLOAT32),
+    QuantMode.DYNAMIC: (IOType.FLOAT32,),
+    QuantMode.FLOAT16: (IOType.FLOAT32,),
+    QuantMode.NONE: (IOType.FLOAT32,),
+}
 
 
 MODEL_SUFFIXES = {".keras": ModelFormat.KERAS, ".h5": ModelFormat.H5, ".hdf5": ModelFormat.H5,
@@ -124,12 +145,26 @@ class ModelConfig:
 class QuantizationConfig:
     """How the model is quantized."""
 
-    mode: QuantMode = setting("Quantization mode: full-integer int8 (weights and activations).",
-                              default=QuantMode.INT8)
-    input_type: IOType = setting("dtype of the model inputs in the .tflite.", default=IOType.INT8)
-    output_type: IOType = setting("dtype of the model outputs in the .tflite.", default=IOType.INT8)
+    mode: QuantMode = setting("int8 (full integer, calibrated), int16x8 (int16 activations, int8 weights, "
+                              "calibrated), dynamic (int8 weights, float activations), float16, none (float32). "
+                              "Every target must allow the mode.", default=QuantMode.INT8)
+    input_type: IOType = setting("dtype of the model inputs in the .tflite; auto: int8 for int8, int16 for "
+                                 "int16x8, float32 otherwise.", default=IOType.AUTO)
+    output_type: IOType = setting("dtype of the model outputs in the .tflite; auto as input_type.",
+                                  default=IOType.AUTO)
     per_channel: bool = setting("Per-channel (per-axis) weight quantization for conv/FC weights; "
                                 "false gives per-tensor weights.", default=True)
+    keep_float: tuple[str, ...] = setting(
+        "Regular expressions over the .tflite's op output names; matching ops stay float in an int8/int16x8 "
+        "model (selective quantization). Every target must run float ops.", factory=tuple)
+
+    def io(self, which: str) -> IOType:
+        value: IOType = getattr(self, f"{which}_type")
+        if value is not IOType.AUTO:
+            return value
+        if self.keep_float:
+            return IOType.FLOAT32  # TF's selective quantization keeps float inputs and outputs
+        return {QuantMode.INT8: IOType.INT8, QuantMode.INT16X8: IOType.INT16}.get(self.mode, IOType.FLOAT32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -347,6 +382,7 @@ def _check_semantics(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
     """Checks that involve more than one field or the file system."""
     _check_model(config, root, ctx)
     _check_calibration(config, root, ctx)
+    _check_quantization(config, root, ctx)
     _check_gates(config, root, ctx)
     out = config.output.dir
     if out is not None and out.exists() and not out.is_dir():
@@ -393,14 +429,18 @@ def _check_calibration(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> Non
     cal, model = config.calibration, config.model
     if _is_tflite(model):
         # Settings that would silently do nothing are errors, like unknown keys.
-        for key in ("calibration", "passes", "quantization", "verify"):
+        for key in ("calibration", "evaluation", "passes", "quantization", "verify"):
             at = _node_at(root, key)
             if at is not root:
                 ctx.error(at, key, "does not apply to an existing .tflite model (it is checked as it is: no "
                           "passes, no conversion); remove it")
         return
     if cal is None:
-        ctx.error(root, "top level", "missing required key 'calibration' (only an existing .tflite needs none)")
+        if config.quantization.mode.calibrated:
+            ctx.error(root, "top level", f"missing required key 'calibration' (quantization mode "
+                      f"{config.quantization.mode.value} is calibrated on real data)")
+        elif config.evaluation is not None:
+            _check_data(config.evaluation, "evaluation", root, ctx)
         return
     _check_data(cal, "calibration", root, ctx)
     if config.evaluation is not None:
@@ -479,6 +519,48 @@ def _check_data(cfg: DataConfig, section: str, root: yaml.Node, ctx: Ctx) -> Non
                       UNTRUSTED.format(function=cfg.function))
 
 
+def _check_quantization(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
+    """Input/output types the mode allows; the mode and keep_float against what every target allows."""
+    from .targets.describe import quantization_line
+
+    q = config.quantization
+    if _is_tflite(config.model):
+        return
+    for which in ("input", "output"):
+        value = getattr(q, f"{which}_type")
+        if value is not IOType.AUTO and value not in MODE_IO[q.mode]:
+            ctx.error(_node_at(root, "quantization", f"{which}_type"), f"quantization.{which}_type",
+                      f"{value.value} is not a {which} type of mode {q.mode.value} (allowed: "
+                      f"{allowed_list(t.value for t in MODE_IO[q.mode])}, or auto)")
+    if q.keep_float and not q.mode.calibrated:
+        ctx.error(_node_at(root, "quantization", "keep_float"), "quantization.keep_float",
+                  f"applies to modes int8 and int16x8 only (mode is {q.mode.value})")
+    for which in ("input", "output"):
+        value = getattr(q, f"{which}_type")
+        if q.keep_float and value not in (IOType.AUTO, IOType.FLOAT32):
+            ctx.error(_node_at(root, "quantization", f"{which}_type"), f"quantization.{which}_type",
+                      f"a model with keep_float has float32 {which}s (TF's selective quantization keeps them "
+                      f"float); set {which}_type: float32 or auto")
+    import re
+
+    for i, pattern in enumerate(q.keep_float):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            ctx.error(_node_at(root, "quantization", "keep_float"), f"quantization.keep_float[{i}]",
+                      f"{pattern!r} is not a regular expression ({exc})")
+    for name in config.targets:
+        target = load_target(name)
+        policy = target.quantization
+        if q.mode.value not in policy.modes:
+            ctx.error(_node_at(root, "quantization", "mode"), "quantization.mode",
+                      f"{q.mode.value} is not allowed by target {target.name!r}: {quantization_line(target)}")
+        if q.keep_float and not policy.float_fallback:
+            ctx.error(_node_at(root, "quantization", "keep_float"), "quantization.keep_float",
+                      f"target {target.name!r} runs no float ops left in a quantized model: "
+                      f"{quantization_line(target)}")
+
+
 def _check_gates(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
     target_names = [load_target(t).name for t in config.targets]
     for key in ("max_cpu_fallback_ops", "min_supported_mac_share"):
@@ -519,7 +601,7 @@ def resolved_yaml(config: PipelineConfig, base_dir: Path,
     if fmt is ModelFormat.GRAPHDEF and graph_io is not None:
         data["model"]["inputs"], data["model"]["outputs"] = (list(names) for names in graph_io)
     if fmt is ModelFormat.TFLITE:
-        for key in ("calibration", "passes", "quantization", "verify"):
+        for key in ("calibration", "evaluation", "passes", "quantization", "verify"):
             data.pop(key, None)
         for key in ("batch_size", "input_shapes"):
             data["model"].pop(key, None)

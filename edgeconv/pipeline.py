@@ -22,16 +22,17 @@ from ._version import __version__
 from .calibration import SOURCES, resolve_source
 from .calibration.checks import DataWarning, data_warnings, file_sha256, quantization_warnings
 from .calibration.config import CalibrationConfig, EvaluationConfig
-from .calibration.samples import Progress, SampleSet, collect
+from .calibration.samples import Progress, RandomReader, SampleSet, collect
 from .config import GatesConfig, ModelFormat, PipelineConfig, load_pipeline, resolved_yaml
 from .converters.model import LoadedModel
 from .converters.tflite_reader import TFLiteModel, parse_tflite, read_tflite
-from .errors import ModelError, rel
+from .errors import InternalError, ModelError, rel
 from .ir import FrozenGraph, TensorSpec
 from .passes import PassResult
 from .passes.graph import canonical
 from .targets import load_target
 from .targets.checker import TargetResult, check_model
+from .targets.describe import quantization_line
 from .targets.target import Target
 
 log = logging.getLogger("edgeconv")
@@ -101,7 +102,9 @@ def _equivalence(reference: Any, graph: FrozenGraph, calib: SampleSet, batch_siz
             worst[name] = max(worst[name], diff if math.isfinite(diff) else math.inf)
     max_diff = max(worst.values(), default=0.0)
     return {"samples": len(steps) * batch_size, "tolerance": tolerance, "max_abs_diff": max_diff,
-            "per_output": worst, "passed": max_diff <= tolerance}
+            "per_output": worst, "passed": max_diff <= tolerance,
+            "inputs": "calibration samples" if calib.role == "calibration" else
+            "seeded random inputs (the mode needs no calibration data and the pipeline gives none)"}
 
 
 def _inference_reference(loaded: LoadedModel, passes: Sequence[PassResult], feeds: dict[str, np.ndarray]) -> Any:
@@ -154,19 +157,25 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
 def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: Path,
            progress: Progress | None) -> BuildResult:
     cal_cfg = config.calibration
-    assert cal_cfg is not None  # validation requires it for every format but tflite
+    q = config.quantization
     log.info("loading %s (%s) in inference mode", rel(config.model.path), config.model.resolved_format().value)
     from .converters.loaders import load_model
 
     loaded = load_model(config.model, config.source.parent)
     inputs = loaded.graph.inputs
-    calib = _collect(cal_cfg, "calibration", inputs, config, work, progress)
     evaluation = (_collect(config.evaluation, "evaluation", inputs, config, work, progress)
                   if config.evaluation is not None else None)
     expected = _expected_ranges(config, inputs)
-    warnings = data_warnings(calib, min_samples=cal_cfg.min_samples, evaluation=evaluation, expected=expected)
-    for w in warnings:
-        log.warning("calibration: %s", w.message)
+    warnings: list[DataWarning] = []
+    if cal_cfg is not None:
+        calib = _collect(cal_cfg, "calibration", inputs, config, work, progress)
+        warnings = data_warnings(calib, min_samples=cal_cfg.min_samples, evaluation=evaluation, expected=expected)
+        for w in warnings:
+            log.warning("calibration: %s", w.message)
+    else:  # a mode that needs no calibration data: the equivalence check runs on seeded random inputs
+        count = math.ceil(config.verify.pass_samples / config.model.batch_size) * config.model.batch_size
+        calib = collect(RandomReader(inputs, count, 0), inputs, role="random", source="random", samples=count,
+                        seed=0, folder=work)
 
     graph = loaded.graph
     pass_results: list[PassResult] = []
@@ -180,14 +189,18 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     equivalence = _equivalence(reference, graph, calib, batch, config.verify.pass_samples,
                                config.verify.pass_tolerance)
 
-    log.info("converting to int8 with %d calibration samples", calib.count)
+    if q.mode.calibrated:
+        log.info("converting to %s with %d calibration samples", q.mode.value, calib.count)
+    else:
+        log.info("converting to %s (no calibration)", q.mode.value)
     from .converters.tflite_export import ExportOptions, tflite_from_graph
 
-    q = config.quantization
-    exported = tflite_from_graph(graph, calib, ExportOptions(q.input_type.value, q.output_type.value,
-                                                             q.per_channel, batch), work / "export", progress)
+    options = ExportOptions(q.io("input").value, q.io("output").value, q.per_channel, batch, mode=q.mode.value,
+                            keep_float=q.keep_float)
+    exported = tflite_from_graph(graph, calib, options, work / "export", progress)
     tflite_name = f"{config.build_name}.tflite"
     model = parse_tflite(exported.tflite, tflite_name)
+    _check_io_types(model, q.io("input").value, q.io("output").value)
     log.info("checking %d ops against %s", len(model.ops), ", ".join(t.name for t in targets))
     results = tuple(check_model(model, t) for t in targets)
     quant_warnings = quantization_warnings(model, expected=expected, evaluation=evaluation)
@@ -203,12 +216,22 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
                      + "; ".join(w.message for w in warnings))
     source = _model_json(config, out_dir, loaded.format, loaded.framework, loaded.graph.inputs,
                          loaded.graph.outputs, len(loaded.graph.layers), loaded.notes)
-    quant = _quantization_json(config, out_dir, calib, warnings)
+    quant = _quantization_json(config, out_dir, calib if cal_cfg is not None else None, warnings, targets)
     body = _report(config, out_dir, source, model, [report.pass_json(p) for p in pass_results], equivalence,
                    quant, results, loaded.graph.layer_names(), extra,
                    _data_json(evaluation, out_dir) if evaluation is not None else None)
     graph_io = ([i.node for i in loaded.graph.inputs], [canonical(o.tensor) for o in loaded.graph.outputs])
     return _commit(config, out_dir, tflite_name, exported.tflite, body, results, graph_io)
+
+
+def _check_io_types(model: TFLiteModel, input_type: str, output_type: str) -> None:
+    """The .tflite must have the input/output types the report will claim."""
+    sg = model.main
+    for which, indices, want in (("input", sg.inputs, input_type), ("output", sg.outputs, output_type)):
+        got = sorted({sg.tensors[i].dtype.value for i in indices})
+        if got != [want]:
+            raise InternalError("convert", f"the converter gave the model {'/'.join(got)} {which}s, not the "
+                                f"configured {want}")
 
 
 def _collect(cfg: CalibrationConfig | EvaluationConfig, role: str, inputs: Sequence[TensorSpec],
@@ -228,7 +251,8 @@ def _expected_ranges(config: PipelineConfig, inputs: Sequence[TensorSpec]) -> di
     """The declared input range per model input: calibration.expected_range, else what an image
     source's preprocessing maps pixels 0-255 to."""
     cal = config.calibration
-    assert cal is not None
+    if cal is None:
+        return {}
     out = {name: (float(lo), float(hi)) for name, (lo, hi) in cal.expected_range.items()}
     if cal.preprocess is not None and resolve_source(cal) == "images":
         from .calibration.sources.images import pick_input
@@ -315,16 +339,24 @@ def _data_json(data: SampleSet, out_dir: Path, listed: int = 20) -> dict[str, An
     }
 
 
-def _quantization_json(config: PipelineConfig, out_dir: Path, calib: SampleSet,
-                       warnings: Sequence[DataWarning]) -> dict[str, Any]:
+def _quantization_json(config: PipelineConfig, out_dir: Path, calib: SampleSet | None,
+                       warnings: Sequence[DataWarning], targets: Sequence[Target]) -> dict[str, Any]:
     q = config.quantization
-    cal = _data_json(calib, out_dir)
-    cal["warnings"] = [w.to_json() for w in warnings]
+    cal = None
+    if calib is not None:
+        cal = _data_json(calib, out_dir)
+        cal["warnings"] = [w.to_json() for w in warnings]
     return {
         "mode": q.mode.value,
-        "input_type": q.input_type.value,
-        "output_type": q.output_type.value,
+        "input_type": q.io("input").value,
+        "output_type": q.io("output").value,
         "per_channel": q.per_channel,
+        "keep_float": list(q.keep_float),
+        # What each target allows, and so which target imposed what (a mode or keep_float it does not
+        # allow is a config error before the build).
+        "allowed_by_targets": [{"target": t.name, "modes": list(t.quantization.modes),
+                                "float_fallback": t.quantization.float_fallback,
+                                "why": quantization_line(t)} for t in targets],
         "calibration": cal,
     }
 

@@ -226,7 +226,8 @@ def to_markdown(report: Mapping[str, Any]) -> str:
     tfl = report["artifacts"]["tflite"]
     q = report["quantization"]
     model = report["model"]
-    how = (f"{q['mode']}, {q['input_type']} in / {q['output_type']} out" if q is not None
+    how = (f"{q['mode']}, {q['input_type']} in / {q['output_type']} out"
+           + (f", float kept for {', '.join(q['keep_float'])}" if q.get("keep_float") else "") if q is not None
            else "an existing .tflite, checked as it is")
     lines = [f"# edgeconv report: {report['name']}", "",
              f"**Gate: {gate['verdict'].upper()}**. Built `{tfl['path']}` ({tfl['bytes']:,} bytes, {how}) from "
@@ -246,9 +247,12 @@ def to_markdown(report: Mapping[str, Any]) -> str:
     if eq is not None:
         lines += ["## Passes changed nothing that matters", "",
                   f"Max abs difference between the model in inference mode and the cleaned graph over "
-                  f"{eq['samples']} calibration samples: **{eq['max_abs_diff']:.3g}** (limit {eq['tolerance']:g}): "
+                  f"{eq['samples']} {eq.get('inputs', 'calibration samples')}:"
+                  f" **{eq['max_abs_diff']:.3g}** (limit {eq['tolerance']:g}): "
                   f"{'ok' if eq['passed'] else 'FAILED'}.", ""]
-    if q is not None:
+    if q is not None and q["calibration"] is None:
+        lines += ["## Calibration", "", f"None: mode {q['mode']} needs no calibration data.", ""]
+    elif q is not None:
         cal = q["calibration"]
         lines += ["## Calibration", ""]
         if cal["warnings"]:

@@ -239,3 +239,22 @@ def collect(reader: Reader, inputs: Sequence[TensorSpec], *, role: str, source: 
     return SampleSet(role, source, reader.location, tuple(reader.files()), available, seed,
                      tuple(int(i) for i in indices), tuple(order), folder, total.hexdigest(),
                      {name: s.result() for name, s in stats.items()}, tuple(notes))
+
+
+class RandomReader(Reader):
+    """Seeded standard-normal samples of the model's input shapes: what the equivalence check
+    runs on when a mode needs no calibration data and the pipeline gives none."""
+
+    def __init__(self, inputs: Sequence[TensorSpec], count: int, seed: int) -> None:
+        self.location, self.inputs, self.n, self.seed = "seeded random inputs", list(inputs), count, seed
+
+    def fields(self) -> list[Field]:
+        return [Field(i.name, tuple(i.shape[1:]), np.dtype(i.dtype)) for i in self.inputs]
+
+    def count(self) -> int:
+        return self.n
+
+    def read(self, indices: Sequence[int]) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+        for i in indices:
+            rng = np.random.default_rng([self.seed, i])
+            yield i, {spec.name: rng.standard_normal(spec.shape[1:]).astype(spec.dtype) for spec in self.inputs}

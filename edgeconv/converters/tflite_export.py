@@ -33,10 +33,12 @@ _LOG_TAIL = 40
 
 @dataclasses.dataclass(frozen=True)
 class ExportOptions:
-    input_type: str  # "int8" | "uint8"
+    input_type: str  # "int8" | "uint8" | "int16" | "float32"
     output_type: str
     per_channel: bool
     batch_size: int
+    mode: str = "int8"  # int8 | int16x8 | dynamic | float16 | none
+    keep_float: tuple[str, ...] = ()  # regexes over op output names left float (int8/int16x8)
     timeout_s: float = 1800.0
 
 
@@ -63,6 +65,8 @@ def tflite_from_graph(graph: FrozenGraph, calibration: SampleSet, options: Expor
         "input_type": options.input_type,
         "output_type": options.output_type,
         "per_channel": options.per_channel,
+        "mode": options.mode,
+        "keep_float": list(options.keep_float),
     }
     (workdir / "job.json").write_text(json.dumps(job))
     env = dict(os.environ)
@@ -89,6 +93,8 @@ def tflite_from_graph(graph: FrozenGraph, calibration: SampleSet, options: Expor
         return Exported((workdir / "model.tflite").read_bytes(), log)
     if proc.returncode == EXIT_CONVERTER_ERROR and (workdir / "error.json").exists():
         error = json.loads((workdir / "error.json").read_text())
+        if error["type"] == "keep_float":
+            raise ModelError(error["message"])
         flex = sorted(set(re.findall(r"\bFlex(\w+)", error["message"])))
         if flex:
             raise ModelError(_flex_message(graph, flex))

@@ -95,7 +95,8 @@ def test_resolved_pipeline_round_trips(project: Path) -> None:
      "p.yaml:6: passes[0]: unknown pass 'strip-trainig' (allowed: lower-conv-to-gemm, strip-training); did you "
      "mean 'strip-training'?"),
     (MINIMAL + "quantization: {input_type: int4}\n",
-     "p.yaml:6: quantization.input_type: unknown value 'int4' (allowed: int8, uint8); did you mean 'int8'?"),
+     "p.yaml:6: quantization.input_type: unknown value 'int4' (allowed: auto, float32, int16, int8, uint8); did you "
+     "mean 'int8'?"),
     (MINIMAL.replace("path: m.keras", "path: missing.keras"),
      "p.yaml:3: model.path: file not found: 'missing.keras' (resolved to {project}/missing.keras)"),
     (MINIMAL.replace("  path: cal.npz", "  path: cal.npz\n  samples: many"),
@@ -109,7 +110,7 @@ def test_resolved_pipeline_round_trips(project: Path) -> None:
     (MINIMAL + "verify: {pass_tolerance: 1e-x}\n",
      "p.yaml:6: verify.pass_tolerance: expected a number, got '1e-x'"),
     ("version: 1\nmodel:\n  path: m.keras\n",
-     "p.yaml:1: top level: missing required key 'calibration' (only an existing .tflite needs none)"),
+     "p.yaml:1: top level: missing required key 'calibration' (quantization mode int8 is calibrated on real data)"),
     (MINIMAL + "model: {path: m.keras}\n",
      "p.yaml:6: model: duplicate key (first given on line 2)"),
     (MINIMAL + "targets: []\n",
@@ -411,3 +412,67 @@ def test_sources_and_evaluation_preprocessing(data: Path) -> None:
     resolved = yaml.safe_load(resolved_yaml(load_pipeline(write(data, text, "r.yaml")), data))
     assert set(resolved["calibration"]) == {"path", "source", "input", "preprocess", "samples", "seed",
                                             "min_samples", "expected_range"}
+
+
+# -- quantization modes ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("quantization", "expected"), [
+    ("{mode: float16}",
+     "p.yaml:6: quantization.mode: float16 is not allowed by target 'generic-int8': Quantization modes: int8; runs "
+     "no float ops left in a quantized model (quantization.keep_float). This target is the full-integer 8-bit "
+     "quantization specification; a model in another mode is checked by a target that declares that mode. [QS]"),
+    ("{mode: int8, keep_float: [dense]}",
+     "p.yaml:6: quantization.keep_float: target 'generic-int8' runs no float ops left in a quantized model: "
+     "Quantization modes: int8; runs no float ops left in a quantized model (quantization.keep_float). This target "
+     "is the full-integer 8-bit quantization specification; a model in another mode is checked by a target that "
+     "declares that mode. [QS]"),
+    ("{mode: int8, input_type: int16}",
+     "p.yaml:6: quantization.input_type: int16 is not a input type of mode int8 (allowed: float32, int8, uint8, or "
+     "auto)"),
+])
+def test_modes_a_target_does_not_allow_are_errors(project: Path, quantization: str, expected: str) -> None:
+    assert problems(write(project, MINIMAL + f"quantization: {quantization}\n")) == [expected]
+
+
+ANY_MODE = """
+schema_version: 1
+name: any-mode
+title: Any mode
+sources: {ME: mine}
+quantization: {modes: [int8, int16x8, dynamic, float16, none], float_fallback: true, source: ME}
+ops: {CONV_2D: {source: ME}}
+"""
+
+
+@pytest.mark.parametrize(("quantization", "io"), [
+    ("{mode: int8}", ("int8", "int8")),
+    ("{mode: int16x8}", ("int16", "int16")),
+    ("{mode: dynamic}", ("float32", "float32")),
+    ("{mode: int8, keep_float: [head]}", ("float32", "float32")),
+    ("{mode: int8, input_type: uint8, output_type: float32}", ("uint8", "float32")),
+])
+def test_auto_io_types_follow_the_mode(project: Path, quantization: str, io: tuple[str, str]) -> None:
+    (project / "any.yaml").write_text(ANY_MODE)
+    config = load_pipeline(write(project, MINIMAL + f"quantization: {quantization}\ntargets: [any.yaml]\n"))
+    assert (config.quantization.io("input").value, config.quantization.io("output").value) == io
+
+
+def test_calibration_is_required_only_for_calibrated_modes(project: Path) -> None:
+    (project / "any.yaml").write_text(ANY_MODE)
+    bare = "version: 1\nmodel:\n  path: m.keras\ntargets: [any.yaml]\n"
+    assert load_pipeline(write(project, bare + "quantization: {mode: dynamic}\n")).calibration is None
+    assert problems(write(project, bare + "quantization: {mode: int16x8}\n")) == [
+        "p.yaml:1: top level: missing required key 'calibration' (quantization mode int16x8 is calibrated on real "
+        "data)"]
+    assert problems(write(project, bare + "quantization: {mode: float16, keep_float: [x]}\n")) == [
+        "p.yaml:5: quantization.keep_float: applies to modes int8 and int16x8 only (mode is float16)"]
+
+
+def test_target_quantization_policy_is_validated(project: Path) -> None:
+    (project / "bad.yaml").write_text(ANY_MODE.replace("modes: [int8, int16x8, dynamic, float16, none]",
+                                                       "modes: [int4]"))
+    result = run_edgeconv("check", REPO / "tests" / "data" / "conv2d-relu.int8.tflite", "--target",
+                          project / "bad.yaml")
+    assert result.returncode == 2
+    assert "quantization.modes[0]: unknown mode 'int4' (allowed: dynamic, float16, int16x8, int8, none)" in \
+        result.stderr

@@ -302,8 +302,8 @@ def _target_file(tmp_path: Path, body: str) -> Path:
     ("placement: {kind: prefx, source: DOC}\nops: {}\n",
      "mine.yaml:6: placement.kind: unknown placement 'prefx' (allowed: independent, prefix); did you mean 'prefix'?"),
     ("opps: {}\n", "mine.yaml:6: top level: unknown key 'opps' (allowed: all_ops, compiler, default_effect, "
-                   "description, fixes, name, notes, ops, placement, schema_version, sources, title, unlisted); "
-                   "did you mean 'ops'?"),
+                   "description, fixes, name, notes, ops, placement, quantization, schema_version, sources, title, "
+                   "unlisted); did you mean 'ops'?"),
 ])
 def test_target_file_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, problem: str) -> None:
     monkeypatch.chdir(tmp_path)
