@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 import time
@@ -54,3 +55,36 @@ def test_help_is_fast() -> None:
     elapsed = time.perf_counter() - start
     assert result.returncode == 0 and "build" in result.stdout
     assert elapsed < 1.0, f"--help took {elapsed:.2f} s"
+
+
+class _Stream(io.StringIO):
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def test_progress_is_a_bar_on_a_terminal_and_lines_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    from edgeconv import cli
+
+    clock = iter(float(t) for t in range(100))
+    monkeypatch.setattr(cli.time, "monotonic", lambda: next(clock))
+    ci = _Stream(tty=False)
+    display = cli.ProgressDisplay(ci)
+    for done in (1, 5, 10, 11, 20):
+        display("calibrating", done, 20)
+    assert ci.getvalue().splitlines() == [
+        "edgeconv: calibrating: 1/20 samples (5%), -, ETA -",
+        "edgeconv: calibrating: 5/20 samples (25%), 5.0 samples/s, ETA 3 s",
+        "edgeconv: calibrating: 10/20 samples (50%), 5.0 samples/s, ETA 2 s",
+        "edgeconv: calibrating: 20/20 samples (100%), 5.0 samples/s, ETA -"]
+    terminal = _Stream(tty=True)
+    display = cli.ProgressDisplay(terminal)
+    display("calibrating", 0, 8)
+    display("calibrating", 8, 8)
+    text = terminal.getvalue()
+    assert text.startswith("\redgeconv: calibrating [........................] 0/8 -, ETA -")
+    assert "\redgeconv: calibrating [########################] 8/8 8.0 samples/s, ETA -" in text
+    assert text.endswith("\n") and text.count("\n") == 1
