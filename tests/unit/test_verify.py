@@ -1,0 +1,208 @@
+"""The parity arithmetic, the gates' messages, the culprit ranking and keep-float search, the firmware
+files and the arena planner, without TensorFlow (the integration tests prove them on real builds)."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+
+from edgeconv.converters.tflite_reader import read_tflite
+from edgeconv.verify import culprits, firmware, memory, parity
+
+from ..conftest import REPO
+
+DATA = REPO / "tests" / "data"
+
+
+def _fixed(outputs: dict[str, np.ndarray]) -> parity.Run:
+    """A model that answers every batch with the next slice of fixed outputs."""
+    seen = {"n": 0}
+
+    def run(feeds: Any) -> dict[str, np.ndarray]:
+        size = next(iter(feeds.values())).shape[0]
+        start = seen["n"]
+        seen["n"] += size
+        return {k: v[start:start + size] for k, v in outputs.items()}
+    return run
+
+
+def test_measure_by_hand() -> None:
+    want = np.array([[1.0, 0.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 3.0], [1.0, 1.0, 0.0]], np.float32)
+    got = np.array([[1.0, 0.5, 0.0], [0.0, 2.0, 0.0], [3.0, 0.0, 2.0], [1.0, 1.0, 0.0]], np.float32)
+    labels = np.array([0, 1, 2, 1])
+    batches = [{"x": np.zeros((2, 5))}, {"x": np.zeros((2, 5))}]
+    result = parity.measure(_fixed({"p": want}), {"built": _fixed({"p": got})}, batches, {"p": (1, 3)}, labels)
+    m = result["outputs"]["p"]["built"]
+    assert result["samples"] == 4
+    assert m["max_abs_error"] == 3.0
+    assert m["mean_abs_error"] == pytest.approx((0.5 + 3 + 1) / 12)
+    signal, noise = 1 + 4 + 9 + 2, 0.25 + 9 + 1
+    assert m["sqnr_db"] == pytest.approx(10 * math.log10(signal / noise))
+    cos = [1 / math.sqrt(1.25), 1.0, 6 / (3 * math.sqrt(13)), 1.0]
+    assert m["cosine"] == pytest.approx(sum(cos) / 4)
+    assert m["top1_agreement"] == 0.75  # the third sample's argmax moves from 2 to 0
+    # argmax of [1, 1, 0] is 0 in both: label 1 is missed by the source too
+    assert result["accuracy"] == {"output": "p", "source": 0.75, "built": 0.5, "drop": {"built": 0.25}}
+
+
+def test_identical_outputs_have_no_sqnr_and_full_agreement() -> None:
+    want = np.eye(4, dtype=np.float32)[[0, 3, 1]]
+    result = parity.measure(_fixed({"p": want}), {"built": _fixed({"p": want.copy()})},
+                            [{"x": np.zeros((3, 1))}], {"p": (1, 4)}, None)
+    m = result["outputs"]["p"]["built"]
+    assert (m["max_abs_error"], m["sqnr_db"], m["cosine"], m["top1_agreement"]) == (0.0, None, 1.0, 1.0)
+    assert result["accuracy"] is None
+
+
+@pytest.mark.parametrize(("shape", "classifier"), [((1, 10), True), ((None, 2), True), ((1, 1), False),
+                                                    ((1, 4, 4, 3), False), ((7,), False)])
+def test_what_counts_as_a_classifier(shape: tuple[int, ...], classifier: bool) -> None:
+    assert parity.is_classifier(shape) is classifier  # type: ignore[arg-type]
+
+
+PARITY = {"outputs": {"probs": {"built": {"sqnr_db": 18.25, "cosine": 0.98765, "top1_agreement": 0.975},
+                                "tflite_float": {"max_abs_error": 2e-5}}},
+          "accuracy": {"output": "probs", "source": 0.9889, "built": 0.9750, "drop": {"built": 0.0139}}}
+
+
+@pytest.mark.parametrize(("gates", "reasons"), [
+    (parity.ParityGates(), []),
+    (parity.ParityGates(max_accuracy_drop=0.02, min_top1_agreement=0.97, min_sqnr_db=18, min_cosine=0.98), []),
+    (parity.ParityGates(min_sqnr_db=20), ["output 'probs': SQNR 18.2 dB < gates.min_sqnr_db 20"]),
+    (parity.ParityGates(min_cosine=0.99), ["output 'probs': cosine similarity 0.9877 < gates.min_cosine 0.99"]),
+    (parity.ParityGates(min_top1_agreement=0.99),
+     ["output 'probs': top-1 agreement 97.50% < gates.min_top1_agreement 99.00%"]),
+    (parity.ParityGates(max_accuracy_drop=0.01),
+     ["accuracy drop 1.39% (98.89% -> 97.50%) > gates.max_accuracy_drop 1.00%"]),
+])
+def test_gate_reasons_say_the_measured_value_and_the_threshold(gates: parity.ParityGates,
+                                                                reasons: list[str]) -> None:
+    assert parity.gate_reasons(PARITY, gates) == reasons
+    assert gates.any is bool(gates.max_accuracy_drop or gates.min_sqnr_db or gates.min_cosine
+                             or gates.min_top1_agreement)
+
+
+def test_accuracy_gate_without_labels_fails_instead_of_passing() -> None:
+    assert parity.gate_reasons({**PARITY, "accuracy": None}, parity.ParityGates(max_accuracy_drop=0.5)) == [
+        "gates.max_accuracy_drop is set but the evaluation data has no labels (evaluation.labels)"]
+
+
+@pytest.mark.parametrize(("tolerance", "reasons"), [
+    (1e-5, ["the float .tflite differs from the source model by 2e-05 (> verify.float_tolerance 1e-05): "
+            "a conversion bug, not quantization"]),
+    (1e-4, []),
+])
+def test_float_conversion_must_match_the_source(tolerance: float, reasons: list[str]) -> None:
+    assert parity.float_conversion_reasons(PARITY, tolerance) == reasons
+
+
+LAYERS = [
+    {"op": "FULLY_CONNECTED", "tensor": "model/dense/MatMul", "erased": 0.02, "sqnr_db": 30.0, "rmse_per_scale": 0.3,
+     "scale": 0.1},
+    {"op": "CONV_2D", "tensor": "model/wide/Relu", "erased": 0.9, "sqnr_db": 40.0, "rmse_per_scale": 0.29,
+     "scale": 2.0},
+    {"op": "SOFTMAX", "tensor": "StatefulPartitionedCall:0", "erased": 0.95, "sqnr_db": 25.0,
+     "rmse_per_scale": 0.3, "scale": 1 / 256},
+    {"op": "ADD", "tensor": "model/mix/add", "erased": 0.02, "sqnr_db": 12.0, "rmse_per_scale": 0.4, "scale": 0.05},
+    {"op": "MEAN", "tensor": "model/pool/Mean", "erased": 0.0, "sqnr_db": None, "rmse_per_scale": 0.0,
+     "scale": 0.01},
+]
+
+
+def test_rank_puts_erased_intermediates_first_then_lowest_sqnr() -> None:
+    ranked = culprits.rank(LAYERS, ["dense", "wide", "mix", "pool"], outputs=["StatefulPartitionedCall:0"])
+    assert [(r["rank"], r["tensor"]) for r in ranked] == [
+        (1, "model/wide/Relu"), (2, "model/mix/add"), (3, "model/dense/MatMul"), (4, "StatefulPartitionedCall:0"),
+        (5, "model/pool/Mean")]
+    assert [r["source_layers"] for r in ranked[:3]] == [["wide"], ["mix"], ["dense"]]
+
+
+def _trial(needed: set[str], log: list[list[str]]) -> Any:
+    def trial(patterns: list[str]) -> tuple[list[str], dict[str, Any]]:
+        log.append(patterns)
+        kept = {re.sub(r"\\|\^|\$", "", p) for p in patterns}
+        return ([] if needed <= kept else ["accuracy drop too large"]), {"size_bytes": 100 * len(patterns)}
+    return trial
+
+
+def test_suggest_grows_until_the_gates_pass_then_drops_what_is_not_needed() -> None:
+    ranked = culprits.rank(LAYERS, ["dense", "wide", "mix", "pool"], outputs=["StatefulPartitionedCall:0"])
+    log: list[list[str]] = []
+    found = culprits.suggest(ranked, 5, _trial({"model/wide/Relu", "model/dense/MatMul"}, log))
+    assert found["found"] is True
+    assert found["keep_float"] == [r"^model/wide/Relu$", r"^model/dense/MatMul$"]
+    assert found["layers"] == ["dense", "wide"]
+    assert [s["step"] for s in found["steps"]] == [
+        "keep the 1 worst op(s) in float", "keep the 2 worst op(s) in float", "keep the 3 worst op(s) in float",
+        "without CONV_2D wide", "without ADD mix"]
+    assert [s["passes_gates"] for s in found["steps"]] == [False, False, True, False, True]
+    assert found["steps"][2]["size_bytes"] == 300 and len(log) == 5
+
+
+def test_suggest_gives_up_after_the_step_limit() -> None:
+    ranked = culprits.rank(LAYERS, ["dense", "wide", "mix", "pool"])
+    found = culprits.suggest(ranked, 2, _trial({"model/pool/Mean"}, []))
+    assert (found["found"], found["keep_float"], len(found["steps"])) == (False, None, 2)
+    assert found["steps"][-1]["failed"] == ["accuracy drop too large"]
+
+
+# Method names as tflite-micro's micro_mutable_op_resolver.h spells them.
+@pytest.mark.parametrize(("op", "method"), [
+    ("CONV_2D", "AddConv2D"), ("DEPTHWISE_CONV_2D", "AddDepthwiseConv2D"), ("FULLY_CONNECTED", "AddFullyConnected"),
+    ("MAX_POOL_2D", "AddMaxPool2D"), ("AVERAGE_POOL_2D", "AddAveragePool2D"), ("L2_POOL_2D", "AddL2Pool2D"),
+    ("L2_NORMALIZATION", "AddL2Normalization"), ("BATCH_TO_SPACE_ND", "AddBatchToSpaceNd"),
+    ("SPACE_TO_BATCH_ND", "AddSpaceToBatchNd"), ("GATHER_ND", "AddGatherNd"), ("ADD_N", "AddAddN"),
+    ("RELU6", "AddRelu6"), ("REVERSE_V2", "AddReverseV2"), ("SELECT_V2", "AddSelectV2"), ("SPLIT_V", "AddSplitV"),
+    ("PADV2", "AddPadV2"), ("BATCH_MATMUL", "AddBatchMatMul"), ("CUMSUM", "AddCumSum"),
+    ("UNIDIRECTIONAL_SEQUENCE_LSTM", "AddUnidirectionalSequenceLSTM"), ("LOG_SOFTMAX", "AddLogSoftmax"),
+    ("RESIZE_NEAREST_NEIGHBOR", "AddResizeNearestNeighbor"), ("SQUARED_DIFFERENCE", "AddSquaredDifference"),
+    ("HARD_SWISH", "AddHardSwish"), ("TRANSPOSE_CONV", "AddTransposeConv"), ("QUANTIZE", "AddQuantize"),
+])
+def test_resolver_method_names(op: str, method: str) -> None:
+    assert firmware.resolver_method(op) == method
+
+
+def test_c_array_is_aligned_and_holds_every_byte() -> None:
+    data = bytes(range(256)) + b"\x07"
+    files = firmware.c_array(data, "kws_model", source="m.tflite", sha256="ab" * 32, cplusplus=False)
+    assert set(files) == {"kws_model.c", "kws_model.h"}
+    body = files["kws_model.c"]
+    assert "_Alignas(16) const unsigned char kws_model[] = {" in body
+    assert "const unsigned int kws_model_len = 257;" in body
+    assert bytes(int(b, 16) for b in re.findall(r"0x([0-9a-f]{2})", body)) == data
+    assert "extern const unsigned char kws_model[];" in files["kws_model.h"]
+    cc = firmware.c_array(data, "kws_model", source="m.tflite", sha256="ab" * 32, cplusplus=True)
+    assert 'extern "C" alignas(16) const unsigned char kws_model[] = {' in cc["kws_model.cc"]
+
+
+def test_op_resolver_registers_each_op_type_once() -> None:
+    model = read_tflite(DATA / "add-uint8io.int8.tflite")
+    header = firmware.op_resolver(model, "g_model", source="add.tflite")["g_model_op_resolver.h"]
+    assert "constexpr unsigned int kGModelOpCount = 2;" in header
+    assert re.findall(r"resolver\.(\w+)\(\)", header) == ["AddAdd", "AddQuantize"]
+    assert "The model uses 2 op type(s): ADD x1, QUANTIZE x2." in header
+
+
+@pytest.mark.parametrize(("name", "activations"), [
+    ("conv2d-relu.int8", 192 + 320),  # input 1x9x7x3 and output 1x9x7x5 live together, each 16-byte aligned
+    ("softmax-dense.int8", 16 + 16),  # the input's buffer is free again when the softmax writes its output
+    ("add-uint8io.int8", 32 + 32),  # a chain of 24-byte tensors: two alive at any op
+])
+def test_activation_plan(name: str, activations: int) -> None:
+    model = read_tflite(DATA / f"{name}.tflite")
+    assert memory.plan_activations(model) == activations
+    est = memory.estimate(model)
+    assert est["flash_bytes"] == (DATA / f"{name}.tflite").stat().st_size
+    assert est["arena_bytes"] == int((activations + est["bookkeeping_bytes"]) * 1.25)
+
+
+@pytest.mark.parametrize(("value", "ctype", "text"), [
+    (np.float32(0.5), "float", "0.5f"), (np.float32(np.nan), "float", "NAN"), (np.float32(np.inf), "float", "INFINITY"),
+    (np.float32(-np.inf), "float", "-INFINITY"), (np.int8(-128), "int8_t", "-128"), (np.int16(300), "int16_t", "300"),
+])
+def test_c_values_keep_what_the_model_gave(value: Any, ctype: str, text: str) -> None:
+    assert firmware._c_value(value, ctype) == text
