@@ -37,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("pipeline", type=Path, help="pipeline file (pipeline.yaml)")
     b.add_argument("--out", type=Path, help="output folder (default: output.dir of the pipeline)")
     b.add_argument("-q", "--quiet", action="store_true", help="print only the result")
+    b.add_argument("--suggest-keep-float", action="store_true",
+                   help="try keeping the layers that add the most quantization error in float, one more at a time, "
+                        "until the parity gates pass (as verify.suggest_keep_float)")
 
     v = sub.add_parser("validate", help="validate a pipeline file (no TensorFlow needed)")
     v.add_argument("pipeline", type=Path)
@@ -175,7 +178,8 @@ def _build(config: object, args: argparse.Namespace) -> int:
         handler.setFormatter(_Formatter())
         logging.basicConfig(level=logging.INFO, handlers=[handler])
         progress = ProgressDisplay(sys.stderr)
-    result = build(config, out=args.out, progress=progress)  # type: ignore[arg-type]
+    result = build(config, out=args.out, progress=progress,  # type: ignore[arg-type]
+                   suggest_keep_float=args.suggest_keep_float)
     for t in result.report["targets"]:
         c = t["counts"]
         print(f"{t['name']}: {t['verdict'].upper()} ({c['supported']} supported, {c['cpu_fallback']} cpu_fallback, "

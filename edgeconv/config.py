@@ -176,6 +176,17 @@ class VerifyConfig:
         "graph after the passes.", default=1e-5, minimum=0.0)
     pass_samples: int = setting("Calibration samples used to compare the graph before and after "
                                 "the passes.", default=8, minimum=1)
+    parity: bool = setting("Compare the built model with the source model and a float .tflite on the evaluation "
+                           "data (needs an evaluation section).", default=True)
+    float_tolerance: float = setting(
+        "Largest absolute output difference allowed between the float .tflite and the source model; more is a "
+        "conversion bug and fails the build.", default=1e-5, minimum=0.0)
+    culprits: int = setting("How many of the layers that add the most quantization error the report lists (0: no "
+                            "layer analysis).", default=5, minimum=0)
+    suggest_keep_float: bool = setting(
+        "Try keeping the worst layers in float, one more at a time, until the parity gates pass (targets must "
+        "allow float ops); also edgeconv build --suggest-keep-float.", default=False)
+    max_keep_float: int = setting("Most layers suggest_keep_float tries.", default=5, minimum=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,14 +204,53 @@ class GatesConfig:
         "Fail when the calibration data looks wrong (range mismatch with the evaluation data or the declared "
         "range, noise instead of real samples, too few or constant samples, input quantization off).",
         default=False)
+    max_accuracy_drop: float | None = setting(
+        "Largest drop in task accuracy (0..1) from the source model to the built one (evaluation labels).",
+        default=None, minimum=0.0, maximum=1.0)
+    min_top1_agreement: float | None = setting(
+        "Least share (0..1) of evaluation samples where the built model's top-1 class matches the source model's.",
+        default=None, minimum=0.0, maximum=1.0)
+    min_sqnr_db: float | None = setting("Least signal-to-quantization-noise ratio (dB) of every output against "
+                                        "the source model.", default=None)
+    min_cosine: float | None = setting("Least cosine similarity of every output against the source model.",
+                                       default=None, minimum=-1.0, maximum=1.0)
+    max_arena_bytes: int | None = setting("Largest estimated TFLite Micro tensor arena, in bytes.", default=None,
+                                          minimum=1)
+    max_flash_bytes: int | None = setting("Largest model size (flash), in bytes.", default=None, minimum=1)
+
+
+class CLanguage(enum.Enum):
+    C = "c"
+    CC = "cc"
+
+
+@dataclasses.dataclass(frozen=True)
+class CArrayConfig:
+    """The model as C source, for firmware that links it into flash."""
+
+    name: str | None = setting("C identifier of the array; default <build name>_model.", default=None)
+    language: CLanguage = setting("c: a .c/.h pair; cc: a .cc/.h pair.", default=CLanguage.C)
+
+
+@dataclasses.dataclass(frozen=True)
+class GoldenConfig:
+    """Golden test vectors: real evaluation samples and the outputs TFLite's reference kernels give."""
+
+    samples: int = setting("Evaluation samples to write.", default=4, minimum=1)
+    intermediates: bool = setting("Also every intermediate tensor, to find the first layer where a device "
+                                  "diverges.", default=False)
 
 
 @dataclasses.dataclass(frozen=True)
 class OutputConfig:
-    """Where the artifacts go."""
+    """Where the artifacts go, and the firmware artifacts written beside the .tflite."""
 
     dir: Path | None = setting("Output folder, relative to the pipeline file; default build/<name>.",
                                default=None)
+    c_array: CArrayConfig | None = setting("Write the model as a C array (.c/.h).", default=None)
+    op_resolver: bool = setting("Write a TFLite Micro op-resolver header registering exactly the model's ops.",
+                                default=False)
+    golden: GoldenConfig | None = setting("Write golden test vectors (needs an evaluation section).", default=None)
 
 
 def _parse_passes(node: yaml.Node, key: str, ctx: Ctx) -> Any:
@@ -383,6 +433,8 @@ def _check_semantics(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
     _check_model(config, root, ctx)
     _check_calibration(config, root, ctx)
     _check_quantization(config, root, ctx)
+    if not _is_tflite(config.model):
+        _check_verification(config, root, ctx)
     _check_gates(config, root, ctx)
     out = config.output.dir
     if out is not None and out.exists() and not out.is_dir():
@@ -559,6 +611,42 @@ def _check_quantization(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> No
             ctx.error(_node_at(root, "quantization", "keep_float"), "quantization.keep_float",
                       f"target {target.name!r} runs no float ops left in a quantized model: "
                       f"{quantization_line(target)}")
+
+
+def _check_verification(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
+    """What parity, the keep-float search and the firmware outputs need."""
+    from .targets.describe import quantization_line
+    from .verify.firmware import valid_identifier
+
+    g, v, o = config.gates, config.verify, config.output
+    parity_gates = [k for k in ("max_accuracy_drop", "min_top1_agreement", "min_sqnr_db", "min_cosine")
+                    if getattr(g, k) is not None]
+    if config.evaluation is None:
+        for key in parity_gates:
+            ctx.error(_node_at(root, "gates", key), f"gates.{key}", "needs an evaluation section (the data parity "
+                      "is measured on)")
+        if o.golden is not None:
+            ctx.error(_node_at(root, "output", "golden"), "output.golden", "needs an evaluation section (golden "
+                      "vectors are real evaluation samples)")
+    elif parity_gates and not v.parity:
+        ctx.error(_node_at(root, "verify", "parity"), "verify.parity", f"is false, but gates.{parity_gates[0]} "
+                  "needs the parity measurement")
+    if g.max_accuracy_drop is not None and config.evaluation is not None and config.evaluation.labels is None:
+        ctx.error(_node_at(root, "gates", "max_accuracy_drop"), "gates.max_accuracy_drop",
+                  "needs labels: set evaluation.labels to the array, feature or column that holds them")
+    if v.suggest_keep_float:
+        at = _node_at(root, "verify", "suggest_keep_float")
+        if not parity_gates or config.evaluation is None:
+            ctx.error(at, "verify.suggest_keep_float", "needs an evaluation section and a parity gate to meet "
+                      "(gates.max_accuracy_drop, min_top1_agreement, min_sqnr_db or min_cosine)")
+        for name in config.targets:
+            target = load_target(name)
+            if not target.quantization.float_fallback:
+                ctx.error(at, "verify.suggest_keep_float", f"target {target.name!r} runs no float ops left in a "
+                          f"quantized model: {quantization_line(target)}")
+    if o.c_array is not None and o.c_array.name is not None and not valid_identifier(o.c_array.name):
+        ctx.error(_node_at(root, "output", "c_array", "name"), "output.c_array.name",
+                  f"{o.c_array.name!r} is not a C identifier (letters, digits and _, not starting with a digit)")
 
 
 def _check_gates(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:

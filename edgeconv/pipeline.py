@@ -10,8 +10,9 @@ import logging
 import math
 import os
 import platform
+import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from .calibration.samples import Progress, RandomReader, SampleSet, collect
 from .config import GatesConfig, ModelFormat, PipelineConfig, load_pipeline, resolved_yaml
 from .converters.model import LoadedModel
 from .converters.tflite_reader import TFLiteModel, parse_tflite, read_tflite
-from .errors import InternalError, ModelError, rel
+from .errors import ConfigError, InternalError, ModelError, rel
 from .ir import FrozenGraph, TensorSpec
 from .passes import PassResult
 from .passes.graph import canonical
@@ -135,7 +136,7 @@ def _deterministic(run: Any, feeds: dict[str, np.ndarray]) -> bool:
 
 
 def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = None,
-          progress: Progress | None = None) -> BuildResult:
+          progress: Progress | None = None, suggest_keep_float: bool = False) -> BuildResult:
     """Run the pipeline: load, clean, prove, quantize, check, and write the output folder.
 
     Raises EdgeconvError for user mistakes (nothing is written), InternalError for
@@ -149,13 +150,15 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
     targets: list[Target] = [load_target(name) for name in config.targets]
     if config.model.resolved_format() is ModelFormat.TFLITE:
         return _check_existing(config, out_dir, targets)
+    if suggest_keep_float:
+        _can_suggest(config, targets)
 
     with tempfile.TemporaryDirectory(prefix="edgeconv-") as work:
-        return _build(config, out_dir, targets, Path(work), progress)
+        return _build(config, out_dir, targets, Path(work), progress, suggest_keep_float)
 
 
 def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: Path,
-           progress: Progress | None) -> BuildResult:
+           progress: Progress | None, suggest_keep_float: bool) -> BuildResult:
     cal_cfg = config.calibration
     q = config.quantization
     log.info("loading %s (%s) in inference mode", rel(config.model.path), config.model.resolved_format().value)
@@ -193,11 +196,16 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
         log.info("converting to %s with %d calibration samples", q.mode.value, calib.count)
     else:
         log.info("converting to %s (no calibration)", q.mode.value)
-    from .converters.tflite_export import ExportOptions, tflite_from_graph
+    from .converters.tflite_export import Converter, ExportOptions
 
     options = ExportOptions(q.io("input").value, q.io("output").value, q.per_channel, batch, mode=q.mode.value,
                             keep_float=q.keep_float)
-    exported = tflite_from_graph(graph, calib, options, work / "export", progress)
+    converter = Converter(graph, work / "export")
+    analyse = evaluation is not None and config.verify.culprits > 0 and q.mode.calibrated
+    if analyse:
+        log.info("measuring the error each quantized op adds on the evaluation data")
+    exported = converter.convert(calib, options, "model", progress, debug=evaluation if analyse else None,
+                                 float_reference=evaluation is not None and config.verify.parity)
     tflite_name = f"{config.build_name}.tflite"
     model = parse_tflite(exported.tflite, tflite_name)
     _check_io_types(model, q.io("input").value, q.io("output").value)
@@ -214,14 +222,131 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     if warnings and config.gates.fail_on_calibration_warnings:
         extra.append(f"calibration: {len(warnings)} warning(s) and gates.fail_on_calibration_warnings is set: "
                      + "; ".join(w.message for w in warnings))
+    verification = _verify(config, loaded, reference, converter, calib, evaluation, exported, model,
+                           suggest_keep_float, progress, extra)
     source = _model_json(config, out_dir, loaded.format, loaded.framework, loaded.graph.inputs,
                          loaded.graph.outputs, len(loaded.graph.layers), loaded.notes)
     quant = _quantization_json(config, out_dir, calib if cal_cfg is not None else None, warnings, targets)
     body = _report(config, out_dir, source, model, [report.pass_json(p) for p in pass_results], equivalence,
                    quant, results, loaded.graph.layer_names(), extra,
                    _data_json(evaluation, out_dir) if evaluation is not None else None)
+    files = _firmware(config, model, exported.tflite, evaluation, batch, body)
+    body.update(verification)
     graph_io = ([i.node for i in loaded.graph.inputs], [canonical(o.tensor) for o in loaded.graph.outputs])
-    return _commit(config, out_dir, tflite_name, exported.tflite, body, results, graph_io)
+    return _commit(config, out_dir, tflite_name, exported.tflite, body, results, graph_io, files)
+
+
+def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, converter: Any, calib: SampleSet,
+            evaluation: SampleSet | None, exported: Any, model: TFLiteModel, suggest_keep_float: bool,
+            progress: Progress | None, extra: list[str]) -> dict[str, Any]:
+    """Parity on the evaluation data, the layers that add the most error, and (asked for) which
+    layers to keep in float. Failed gates are appended to ``extra``."""
+    from .converters.tflite_export import ExportOptions
+    from .verify import culprits, parity
+    from .verify.runner import TFLiteRunner
+
+    q = config.quantization
+    batch = config.model.batch_size
+    gates = parity.ParityGates(config.gates.max_accuracy_drop, config.gates.min_top1_agreement,
+                               config.gates.min_sqnr_db, config.gates.min_cosine)
+    out: dict[str, Any] = {"parity": None, "culprits": None, "keep_float_suggestion": None}
+    if evaluation is None or not config.verify.parity:
+        return out
+    log.info("parity: comparing the source model, the float .tflite and the built .tflite on %d evaluation "
+             "samples", evaluation.count)
+    float_tflite = exported.float_tflite  # converted with the build, in the same worker
+    assert float_tflite is not None, "the build converts the float reference when parity is on"
+    shapes = {o.name: tuple(o.shape) for o in loaded.graph.outputs}
+    labels = evaluation.label_values() if evaluation.labels else None
+
+    def measure(data: bytes) -> dict[str, Any]:
+        runs = {"tflite_float": TFLiteRunner(float_tflite).run, "built": TFLiteRunner(data).run}
+        return parity.measure(reference, runs, evaluation.batches(batch), shapes, labels)
+
+    result = measure(exported.tflite)
+    out["parity"] = result
+    extra += parity.float_conversion_reasons(result, config.verify.float_tolerance)
+    extra += parity.gate_reasons(result, gates)
+    final = [model.main.tensors[i].name for i in model.main.outputs]
+    # A dequantized float output is fed by the quantized op's tensor: that op ends the model too.
+    final += [op.inputs[0].name for op in model.ops if op.type == "DEQUANTIZE" and op.inputs[0] is not None
+              and op.outputs[0].name in final]
+    ranked = culprits.rank(exported.layers, loaded.graph.layer_names(), final) if exported.layers else None
+    if ranked is not None:
+        out["culprits"] = ranked[:config.verify.culprits]
+    if (suggest_keep_float or config.verify.suggest_keep_float) and ranked:
+        def trial(patterns: list[str]) -> tuple[list[str], dict[str, Any]]:
+            log.info("suggest-keep-float: trying %d op(s) in float", len(patterns))
+            options = ExportOptions("float32", "float32", q.per_channel, batch, mode=q.mode.value,
+                                    keep_float=tuple(patterns))
+            data = converter.convert(calib, options, f"keep{len(patterns)}").tflite
+            measured = measure(data)
+            cost = {"bytes": len(data), "accuracy": (measured["accuracy"] or {}).get("built"),
+                    "sqnr_db": {o: m["built"]["sqnr_db"] for o, m in measured["outputs"].items()}}
+            return parity.gate_reasons(measured, gates), cost
+
+        out["keep_float_suggestion"] = culprits.suggest(ranked, config.verify.max_keep_float, trial)
+    return out
+
+
+def _firmware(config: PipelineConfig, model: TFLiteModel, data: bytes, evaluation: SampleSet | None, batch: int,
+              body: dict[str, Any]) -> dict[str, bytes]:
+    """The C array, op-resolver header and golden vectors the pipeline asks for; memory in the report."""
+    from .verify import firmware, memory
+
+    files: dict[str, bytes] = {}
+    name = (config.output.c_array.name if config.output.c_array is not None and config.output.c_array.name
+            else f"{_c_name(config.build_name)}_model")
+    source = f"{config.build_name}.tflite"
+    listed: list[str] = []
+    if config.output.c_array is not None:
+        arrays = firmware.c_array(data, name, source=source, sha256=model.sha256,
+                                  cplusplus=config.output.c_array.language.value == "cc")
+        files.update({k: v.encode() for k, v in arrays.items()})
+        listed += list(arrays)
+    if config.output.op_resolver:
+        headers = firmware.op_resolver(model, name, source=source)
+        files.update({k: v.encode() for k, v in headers.items()})
+        listed += list(headers)
+    golden_meta = None
+    if config.output.golden is not None and evaluation is not None:
+        count = config.output.golden.samples
+        samples = list(evaluation.batches(batch, limit=count * batch))  # one model call each
+        golden_files, golden_meta = firmware.golden(data, samples, name, source=source,
+                                                    intermediates=config.output.golden.intermediates)
+        files.update(golden_files)
+        listed += list(golden_files)
+    mem = memory.estimate(model)
+    body["memory"] = mem
+    g = config.gates
+    if g.max_arena_bytes is not None and mem["arena_bytes"] > g.max_arena_bytes:
+        body["gate"]["reasons"].append(f"estimated tensor arena {mem['arena_bytes']:,} bytes > gates.max_arena_bytes "
+                                       f"{g.max_arena_bytes:,}")
+    if g.max_flash_bytes is not None and mem["flash_bytes"] > g.max_flash_bytes:
+        body["gate"]["reasons"].append(f"model size {mem['flash_bytes']:,} bytes > gates.max_flash_bytes "
+                                       f"{g.max_flash_bytes:,}")
+    body["gate"]["verdict"] = "fail" if body["gate"]["reasons"] else "pass"
+    body["firmware"] = {"files": listed, "c_name": name if listed else None, "golden": golden_meta}
+    return files
+
+
+def _c_name(text: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_]", "_", text)
+    return name if not name[0].isdigit() else f"m_{name}"
+
+
+def _can_suggest(config: PipelineConfig, targets: Sequence[Target]) -> None:
+    """--suggest-keep-float needs what verify.suggest_keep_float needs in the pipeline file."""
+    g = config.gates
+    problems = []
+    if config.evaluation is None or all(v is None for v in (g.max_accuracy_drop, g.min_top1_agreement,
+                                                            g.min_sqnr_db, g.min_cosine)):
+        problems.append("--suggest-keep-float needs an evaluation section and a parity gate to meet "
+                        "(gates.max_accuracy_drop, min_top1_agreement, min_sqnr_db or min_cosine)")
+    problems += [f"--suggest-keep-float: target {t.name!r} runs no float ops left in a quantized model: "
+                 f"{quantization_line(t)}" for t in targets if not t.quantization.float_fallback]
+    if problems:
+        raise ConfigError(problems)
 
 
 def _check_io_types(model: TFLiteModel, input_type: str, output_type: str) -> None:
@@ -242,9 +367,9 @@ def _collect(cfg: CalibrationConfig | EvaluationConfig, role: str, inputs: Seque
     where = rel(cfg.path) if cfg.path is not None else str(cfg.function)
     log.info("reading %s data %s (%s)", role, where, source)
     reader = SOURCES[source]().open(cfg, inputs, config.source.parent)
-    labels = [cfg.labels] if isinstance(cfg, EvaluationConfig) and cfg.labels else []
+    labels = cfg.labels if isinstance(cfg, EvaluationConfig) else None
     return collect(reader, inputs, role=role, source=source, samples=cfg.samples, seed=cfg.seed, folder=work,
-                   ignore=labels, progress=progress)
+                   labels=labels, progress=progress)
 
 
 def _expected_ranges(config: PipelineConfig, inputs: Sequence[TensorSpec]) -> dict[str, tuple[float, float]]:
@@ -280,12 +405,16 @@ def _check_existing(config: PipelineConfig, out_dir: Path, targets: list[Target]
     source["outputs"] = [{"name": t.get("signature_name", t["name"]), "shape": t["shape"], "dtype": t["dtype"]}
                          for t in io["outputs"]]
     body = _report(config, out_dir, source, model, [], None, None, results, None, [])
-    return _commit(config, out_dir, tflite_name, data, body, results)
+    files = _firmware(config, model, data, None, 1, body)
+    body.update({"parity": None, "culprits": None, "keep_float_suggestion": None})
+    return _commit(config, out_dir, tflite_name, data, body, results, extra_files=files)
 
 
 def _commit(config: PipelineConfig, out_dir: Path, tflite_name: str, tflite: bytes, body: dict[str, Any],
-            results: tuple[TargetResult, ...], graph_io: tuple[list[str], list[str]] | None = None) -> BuildResult:
+            results: tuple[TargetResult, ...], graph_io: tuple[list[str], list[str]] | None = None,
+            extra_files: Mapping[str, bytes] | None = None) -> BuildResult:
     files = {
+        **(extra_files or {}),
         tflite_name: tflite,
         "report.json": report.dumps(body).encode(),
         "report.md": report.to_markdown(body).encode(),

@@ -250,6 +250,7 @@ def to_markdown(report: Mapping[str, Any]) -> str:
                   f"{eq['samples']} {eq.get('inputs', 'calibration samples')}:"
                   f" **{eq['max_abs_diff']:.3g}** (limit {eq['tolerance']:g}): "
                   f"{'ok' if eq['passed'] else 'FAILED'}.", ""]
+    lines += verification_markdown(report)
     if q is not None and q["calibration"] is None:
         lines += ["## Calibration", "", f"None: mode {q['mode']} needs no calibration data.", ""]
     elif q is not None:
@@ -264,6 +265,71 @@ def to_markdown(report: Mapping[str, Any]) -> str:
         if ev is not None:
             lines += ["Evaluation data, for comparison:", ""] + _data_markdown(ev)
     return "\n".join(lines)
+
+
+def _culprit_where(c: dict[str, Any]) -> str:
+    where = _esc(", ".join(c["source_layers"])) or f"`{_esc(c['tensor'])}`"
+    return f"{where} (model output)" if c["model_output"] else where
+
+
+def _num(value: Any, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def verification_markdown(report: Mapping[str, Any]) -> list[str]:
+    """Parity, the layers that add the most error, the keep-float search, memory and firmware files."""
+    lines: list[str] = []
+    parity = report.get("parity")
+    if parity is not None:
+        lines += ["## Parity: source model vs float .tflite vs built .tflite", "",
+                  f"On {parity['samples']} evaluation samples; the source model in inference mode is the reference.",
+                  "", "| output | model | max abs error | mean abs error | cosine | SQNR (dB) | top-1 agreement |",
+                  "|---|---|---|---|---|---|---|"]
+        for name, per in parity["outputs"].items():
+            for model, m in per.items():
+                top1 = "-" if m["top1_agreement"] is None else f"{m['top1_agreement']:.2%}"
+                lines.append(f"| {name} | {model} | {m['max_abs_error']:.3g} | {m['mean_abs_error']:.3g} | "
+                             f"{m['cosine']:.6f} | {_num(m['sqnr_db'], '.1f')} | {top1} |")
+        acc = parity.get("accuracy")
+        if acc is not None:
+            lines += ["", f"Accuracy (`{acc['output']}` against the labels): source {acc['source']:.2%}, float "
+                      f".tflite {acc['tflite_float']:.2%}, built {acc['built']:.2%}: **drop "
+                      f"{acc['drop']['built']:.2%}**."]
+        lines.append("")
+    culprits = report.get("culprits")
+    if culprits:
+        lines += ["## Where the quantization error comes from", "",
+                  "Each quantized op next to the same op in float on the same inputs, ranked by the share of the "
+                  "float op's (intermediate) output values its quantization erases to zero, then by its SQNR; "
+                  "`rmse/scale` is the error it adds (plain rounding: about 0.29).", "",
+                  "| rank | op | source layers | erased | SQNR (dB) | rmse/scale |", "|---|---|---|---|---|---|"]
+        lines += [f"| {c['rank']} | {c['op']} | {_culprit_where(c)} | {c['erased']:.1%}"
+                  f"{' (output: not ranked)' if c['model_output'] else ''} | {_num(c['sqnr_db'], '.1f')} | "
+                  f"{c['rmse_per_scale']:.2f} |" for c in culprits]
+        lines.append("")
+    suggestion = report.get("keep_float_suggestion")
+    if suggestion is not None:
+        lines += ["## Keeping layers in float", ""]
+        if suggestion["found"]:
+            lines += [f"Keeping **{', '.join(suggestion['layers'])}** in float meets the gates. Add to the pipeline:",
+                      "", "```yaml", "quantization:", "  keep_float:"]
+            lines += [f"    - '{p}'" for p in suggestion["keep_float"]]
+            lines += ["```", ""]
+        else:
+            lines += ["No set of the worst layers tried meets the gates.", ""]
+        lines += ["| step | layers in float | gates | accuracy | bytes |", "|---|---|---|---|---|"]
+        lines += [f"| {_esc(t['step'])} | {', '.join(t['layers'])} | {'pass' if t['passes_gates'] else 'fail'} | "
+                  f"{_num(t['accuracy'], '.2%')} | {t['bytes']:,} |" for t in suggestion["steps"]]
+        lines.append("")
+    memory = report.get("memory")
+    if memory is not None:
+        lines += ["## Memory", "", f"Flash (the .tflite): {memory['flash_bytes']:,} bytes. TFLite Micro tensor arena, "
+                  f"estimated: **{memory['arena_bytes']:,} bytes** ({memory['activations_bytes']:,} activations + "
+                  f"{memory['bookkeeping_bytes']:,} bookkeeping, +{memory['margin']:.0%}; {memory['method']}).", ""]
+    firmware = report.get("firmware")
+    if firmware and firmware["files"]:
+        lines += ["## Firmware files", ""] + [f"- `{f}`" for f in firmware["files"]] + [""]
+    return lines
 
 
 def _data_markdown(data: Mapping[str, Any]) -> list[str]:

@@ -104,10 +104,15 @@ class SampleSet:
     sha256: str
     stats: Mapping[str, Mapping[str, Any]]
     notes: tuple[str, ...] = ()
+    labels: str | None = None  # the name of the labels array, when the data has labels
 
     @property
     def count(self) -> int:
         return len(self.indices)
+
+    def label_values(self) -> np.ndarray:
+        """The labels of the samples, in order (int64)."""
+        return np.fromfile(self.folder / f"{self.role}-labels.bin", dtype=np.int64)
 
     def spool_file(self, k: int) -> Path:
         return self.folder / f"{self.role}-{k}.bin"
@@ -189,10 +194,18 @@ def match_fields(fields: Sequence[Field], inputs: Sequence[TensorSpec], location
 
 
 def collect(reader: Reader, inputs: Sequence[TensorSpec], *, role: str, source: str, samples: int | None,
-            seed: int, folder: Path, ignore: Sequence[str] = (), progress: Progress | None = None) -> SampleSet:
-    """Draw, check, measure, hash and spool the samples of ``reader``."""
+            seed: int, folder: Path, labels: str | None = None, progress: Progress | None = None) -> SampleSet:
+    """Draw, check, measure, hash and spool the samples of ``reader`` (and their labels)."""
     fields = reader.fields()
-    mapping, notes = match_fields(fields, inputs, reader.location, ignore)
+    if labels is not None:
+        found = {f.name: f for f in fields}
+        if labels not in found:
+            raise DataError(f"{reader.location}: no labels {labels!r} (arrays: {', '.join(sorted(found))})"
+                            f"{did_you_mean(labels, list(found))}")
+        if found[labels].shape not in ((), (1,)) or found[labels].dtype.kind not in "iub":
+            raise DataError(f"{reader.location}: labels {labels!r} must be one integer class per sample (got "
+                            f"{found[labels].dtype} of shape {found[labels].shape})")
+    mapping, notes = match_fields(fields, inputs, reader.location, [labels] if labels else [])
     available = reader.count()
     wanted = available if samples is None else samples
     if wanted > available:
@@ -203,6 +216,7 @@ def collect(reader: Reader, inputs: Sequence[TensorSpec], *, role: str, source: 
     stats = {spec.name: Stats(tuple(spec.shape[1:])) for spec in order}
     digests = {spec.name: hashlib.sha256() for spec in order}
     outs = [(folder / f"{role}-{k}.bin").open("wb") for k in range(len(order))]
+    label_out = (folder / f"{role}-labels.bin").open("wb") if labels is not None else None
     bad: list[tuple[int, str]] = []
     done = 0
     last = time.monotonic()
@@ -220,6 +234,8 @@ def collect(reader: Reader, inputs: Sequence[TensorSpec], *, role: str, source: 
                 stats[spec.name].update(x)
                 digests[spec.name].update(x.tobytes())
                 outs[k].write(x.tobytes())
+            if label_out is not None and labels is not None:
+                label_out.write(np.asarray(sample[labels], np.int64).reshape(1).tobytes())
             done += 1
             if progress is not None and (time.monotonic() - last > 0.5 or done == wanted):
                 progress(f"reading {role} data", done, wanted)
@@ -227,6 +243,8 @@ def collect(reader: Reader, inputs: Sequence[TensorSpec], *, role: str, source: 
     finally:
         for f in outs:
             f.close()
+        if label_out is not None:
+            label_out.close()
         reader.close()
     if bad:
         listed = ", ".join(f"{reader.where(i)} ({name!r})" for i, name in bad[:_MAX_LISTED])
@@ -238,7 +256,7 @@ def collect(reader: Reader, inputs: Sequence[TensorSpec], *, role: str, source: 
         total.update(digests[spec.name].digest())
     return SampleSet(role, source, reader.location, tuple(reader.files()), available, seed,
                      tuple(int(i) for i in indices), tuple(order), folder, total.hexdigest(),
-                     {name: s.result() for name, s in stats.items()}, tuple(notes))
+                     {name: s.result() for name, s in stats.items()}, tuple(notes), labels)
 
 
 class RandomReader(Reader):

@@ -26,20 +26,21 @@ def _summary(message: str) -> str:
     return text[:1500] + (" ..." if len(text) > 1500 else "")
 
 
-def samples(job: dict[str, Any], report: IO[str] | None) -> Iterator[dict[str, np.ndarray]]:
+def samples(job: dict[str, Any], report: IO[str] | None, limit: int | None = None) -> Iterator[dict[str, np.ndarray]]:
     """Calibration batches streamed from the spool files: one batch in memory at a time."""
     batch: int = job["batch_size"]
-    every = max(batch, job["count"] // 200)  # about 200 progress reports, whatever the count
+    count = job["count"] if limit is None else min(limit, job["count"])
+    every = max(batch, count // 200)  # about 200 progress reports, whatever the count
     files = [open(spec["file"], "rb") for spec in job["inputs"]]  # noqa: SIM115 - closed below
     try:
-        for done in range(batch, job["count"] + 1, batch):
+        for done in range(batch, count + 1, batch):
             out = {}
             for f, spec in zip(files, job["inputs"]):
                 dtype = np.dtype(spec["dtype"])
                 shape = (batch, *spec["shape"])
                 out[spec["name"]] = np.frombuffer(f.read(int(np.prod(shape)) * dtype.itemsize), dtype).reshape(shape)
             yield out
-            if report is not None and (done % every < batch or done + batch > job["count"]):
+            if report is not None and (done % every < batch or done + batch > count):
                 report.write(f"{done}\n")
                 report.flush()
     finally:
@@ -59,6 +60,12 @@ def convert(job_dir: Path, progress_fd: int | None = None) -> int:
 
     try:
         model = _convert(tf, job_dir, job, representative)
+        if job["debug"] is not None:
+            layers = _layer_errors(tf, job_dir, job, representative, _input_order(model, job))
+            (job_dir / "layers.json").write_text(json.dumps(layers))
+        if job["float_reference"]:
+            float_job = {**job, "mode": "none", "keep_float": []}
+            (job_dir / "float.tflite").write_bytes(_convert(tf, job_dir, float_job, representative))
     except KeepFloatError as exc:
         (job_dir / "error.json").write_text(json.dumps({"type": "keep_float", "message": str(exc)}))
         return 2
@@ -69,14 +76,91 @@ def convert(job_dir: Path, progress_fd: int | None = None) -> int:
     return 0
 
 
+DEBUG_SAMPLES = 64  # evaluation samples the per-op error is measured on
+
+
+def _erased(float_tensor: Any, quant_tensor: Any, scale: float, zero_point: int) -> float:
+    """Share of values the float model has (not 0) that quantization maps to the zero level: information
+    the op's output quantization erases (a wide-range tensor crushes its small channels this way)."""
+    f = np.asarray(float_tensor, np.float64).ravel()
+    q = np.asarray(quant_tensor).ravel()
+    live = np.abs(f) > 1e-6
+    return float(np.mean(q[live] == zero_point)) if live.any() else 0.0
+
+
+def _signal_power(float_tensor: Any, quant_tensor: Any, scale: float, zero_point: int) -> float:
+    return float(np.mean(np.asarray(float_tensor, np.float64) ** 2))
+
+
+def _noise_power(float_tensor: Any, quant_tensor: Any, scale: float, zero_point: int) -> float:
+    """Against the same op in float on the same inputs (the SQNR is signal/noise)."""
+    dequantized = (np.asarray(quant_tensor, np.float64) - zero_point) * scale
+    return float(np.mean((np.asarray(float_tensor, np.float64) - dequantized) ** 2))
+
+
+def _input_order(model: bytes, job: dict[str, Any]) -> list[str]:
+    """Input names in the order of the interpreter's input details (how the debugger feeds a list)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    details = Interpreter(model_content=model).get_input_details()
+    names = [spec["name"] for spec in job["inputs"]]
+    order: list[str] = []
+    for d in details:
+        match = [n for n in names if d["name"] in (n, f"serving_default_{n}:0", f"serving_default_{n}")]
+        order.append(match[0] if match else names[len(order)])
+    return order
+
+
+def _layer_errors(tf: Any, job_dir: Path, job: dict[str, Any], representative: Any,
+                  order: list[str]) -> list[dict[str, Any]]:
+    """Per quantized op, next to the same op in float on the same dequantized inputs (TF's
+    QuantizationDebugger): the error it adds, the SQNR of its output, and how much of the float
+    op's output its quantization erases."""
+    import csv
+    import io
+
+    debug_job = {**job, **job["debug"]}
+    # The debugger feeds and reads float; the per-op errors do not depend on the model's I/O types.
+    float_io = {**job, "input_type": "float32", "output_type": "float32"}
+    denied = (_keep_float_names(job, bytes(_converter(tf, job_dir, float_io, representative).convert()))
+              if job["keep_float"] else None)
+
+    def debug_data() -> Any:
+        for batch in samples(debug_job, None, limit=DEBUG_SAMPLES):
+            yield [batch[name] for name in order]
+
+    options = tf.lite.experimental.QuantizationDebugOptions(
+        layer_direct_compare_metrics={"erased": _erased, "signal_power": _signal_power,
+                                      "noise_power": _noise_power},
+        denylisted_nodes=denied)
+    debugger = tf.lite.experimental.QuantizationDebugger(converter=_converter(tf, job_dir, float_io, representative),
+                                                         debug_dataset=debug_data, debug_options=options)
+    debugger.run()
+    text = io.StringIO()
+    debugger.layer_statistics_dump(text)
+    rows = list(csv.DictReader(io.StringIO(text.getvalue())))
+    out = []
+    for row in rows:
+        entry: dict[str, Any] = {"op": row["op_name"], "tensor": row["tensor_name"]}
+        for key in ("num_elements", "mean_squared_error", "max_abs_error", "scale", "erased"):
+            entry[key] = float(row[key])
+        signal, noise = float(row["signal_power"]), float(row["noise_power"])
+        # No signal or no noise on these samples: no ratio to give.
+        entry["sqnr_db"] = float(10 * np.log10(signal / noise)) if signal > 0 and noise > 0 else None
+        entry["zero_point"] = int(float(row["zero_point"]))
+        scale = entry["scale"]
+        entry["rmse_per_scale"] = float(np.sqrt(entry["mean_squared_error"]) / scale) if scale else 0.0
+        out.append(entry)
+    return out
+
+
 class KeepFloatError(Exception):
     """A keep_float pattern matches no op of the model."""
 
 
 def _converter(tf: Any, job_dir: Path, job: dict[str, Any], representative: Any) -> Any:
     types = {"int8": tf.int8, "uint8": tf.uint8, "int16": tf.int16, "float32": tf.float32}
-    converter = tf.lite.TFLiteConverter.from_saved_model(str(job_dir / "saved_model"),
-                                                         signature_keys=["serving_default"])
+    converter = tf.lite.TFLiteConverter.from_saved_model(job["saved_model"], signature_keys=["serving_default"])
     converter.exclude_conversion_metadata = True  # no environment details: same input, same bytes
     mode = job["mode"]
     if mode == "none":
@@ -104,18 +188,25 @@ def _convert(tf: Any, job_dir: Path, job: dict[str, Any], representative: Any) -
         return bytes(converter.convert())
     # Selective quantization: the ops whose output names match keep_float stay float
     # (TF's QuantizationDebugger with denylisted nodes; names as in the quantized model).
-    names = _op_output_names(bytes(converter.convert()))
-    denied = set()
+    options = tf.lite.experimental.QuantizationDebugOptions(
+        denylisted_nodes=_keep_float_names(job, bytes(converter.convert())))
+    debugger = tf.lite.experimental.QuantizationDebugger(converter=_converter(tf, job_dir, job, representative),
+                                                         debug_dataset=representative, debug_options=options)
+    return bytes(debugger.get_nondebug_quantized_model())
+
+
+def _keep_float_names(job: dict[str, Any], model: bytes) -> list[str]:
+    """The op output names the keep_float patterns match in the quantized model; a pattern that matches
+    nothing is an error."""
+    names = _op_output_names(model)
+    denied: set[str] = set()
     for pattern in job["keep_float"]:
         matched = {n for n in names if re.search(pattern, n)}
         if not matched:
             raise KeepFloatError(f"quantization.keep_float: {pattern!r} matches no op output of the model (e.g. "
                                  f"{', '.join(sorted(names)[:5])})")
         denied |= matched
-    options = tf.lite.experimental.QuantizationDebugOptions(denylisted_nodes=sorted(denied))
-    debugger = tf.lite.experimental.QuantizationDebugger(converter=_converter(tf, job_dir, job, representative),
-                                                         debug_dataset=representative, debug_options=options)
-    return bytes(debugger.get_nondebug_quantized_model())
+    return sorted(denied)
 
 
 def _op_output_names(model: bytes) -> list[str]:

@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from .._tf import quiet_tf_env
 from ..calibration.samples import Progress, SampleSet
@@ -46,20 +46,48 @@ class ExportOptions:
 class Exported:
     tflite: bytes
     log: str  # the converter's own output, for the log file
+    layers: list[dict[str, Any]] | None = None  # per-op quantization error, when asked for
+    float_tflite: bytes | None = None  # the same graph converted without quantization, when asked for
 
 
 def tflite_from_graph(graph: FrozenGraph, calibration: SampleSet, options: ExportOptions,
                       workdir: Path, progress: Progress | None = None) -> Exported:
-    """Quantize ``graph`` to INT8, calibrated on exactly ``calibration``'s samples.
+    """Quantize ``graph`` as ``options`` say, calibrated on exactly ``calibration``'s samples."""
+    return Converter(graph, workdir).convert(calibration, options, "model", progress)
 
-    The worker streams the samples from the spool files, one batch at a time, and
-    reports each calibration step on a pipe; ``progress`` hears about them.
-    """
-    workdir.mkdir(parents=True, exist_ok=True)
-    save_serving_model(graph, workdir / "saved_model")
+
+class Converter:
+    """Conversions of one graph: saved once as a SavedModel, converted as often as needed
+    (the build, the float reference, keep_float trials), each in its own worker process."""
+
+    def __init__(self, graph: FrozenGraph, workdir: Path) -> None:
+        self.graph, self.workdir = graph, workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        save_serving_model(graph, workdir / "saved_model")
+
+    def convert(self, calibration: SampleSet, options: ExportOptions, label: str,
+                progress: Progress | None = None, debug: SampleSet | None = None,
+                float_reference: bool = False) -> Exported:
+        """One conversion. The worker streams the samples from the spool files, one batch at a
+        time, and reports each calibration step on a pipe; ``progress`` hears about them. With
+        ``debug``, the worker also measures the error each quantized op adds on those samples
+        (TF's QuantizationDebugger); with ``float_reference`` it also converts the graph without
+        quantization (in the same process: TensorFlow is imported once)."""
+        return _run_worker(self.graph, self.workdir, calibration, options, label, progress, debug, float_reference)
+
+
+def _spool_json(data: SampleSet) -> list[dict[str, object]]:
+    return [{"name": i.name, "shape": list(i.shape[1:]), "dtype": i.dtype, "file": str(data.spool_file(k))}
+            for k, i in enumerate(data.inputs)]
+
+
+def _run_worker(graph: FrozenGraph, workdir: Path, calibration: SampleSet, options: ExportOptions, label: str,
+                progress: Progress | None, debug: SampleSet | None, float_reference: bool = False) -> Exported:
+    job_dir = workdir / label
+    job_dir.mkdir(parents=True, exist_ok=True)
     job = {
-        "inputs": [{"name": i.name, "shape": list(i.shape[1:]), "dtype": i.dtype,
-                    "file": str(calibration.spool_file(k))} for k, i in enumerate(calibration.inputs)],
+        "saved_model": str(workdir / "saved_model"),
+        "inputs": _spool_json(calibration),
         "count": calibration.count,
         "batch_size": options.batch_size,
         "input_type": options.input_type,
@@ -67,13 +95,15 @@ def tflite_from_graph(graph: FrozenGraph, calibration: SampleSet, options: Expor
         "per_channel": options.per_channel,
         "mode": options.mode,
         "keep_float": list(options.keep_float),
+        "debug": None if debug is None else {"inputs": _spool_json(debug), "count": debug.count},
+        "float_reference": float_reference,
     }
-    (workdir / "job.json").write_text(json.dumps(job))
+    (job_dir / "job.json").write_text(json.dumps(job))
     env = dict(os.environ)
     quiet_tf_env(env)
     read_fd, write_fd = os.pipe()
     with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen([sys.executable, "-m", WORKER, str(workdir), str(write_fd)], stdout=out,
+        proc = subprocess.Popen([sys.executable, "-m", WORKER, str(job_dir), str(write_fd)], stdout=out,
                                 stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,))
         os.close(write_fd)
         with os.fdopen(read_fd) as pipe:
@@ -89,8 +119,12 @@ def tflite_from_graph(graph: FrozenGraph, calibration: SampleSet, options: Expor
             listener.join(timeout=5)
         out.seek(0)
         log = out.read().decode(errors="replace")
+    workdir = job_dir
     if proc.returncode == 0:
-        return Exported((workdir / "model.tflite").read_bytes(), log)
+        layers = json.loads((workdir / "layers.json").read_text()) if (workdir / "layers.json").exists() else None
+        float_file = workdir / "float.tflite"
+        return Exported((workdir / "model.tflite").read_bytes(), log, layers,
+                        float_file.read_bytes() if float_file.exists() else None)
     if proc.returncode == EXIT_CONVERTER_ERROR and (workdir / "error.json").exists():
         error = json.loads((workdir / "error.json").read_text())
         if error["type"] == "keep_float":

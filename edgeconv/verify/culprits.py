@@ -27,7 +27,7 @@ def rank(layers: Sequence[Mapping[str, Any]], layer_names: Sequence[str],
     ranked = sorted(layers, key=lambda r: (-round(0.0 if r["tensor"] in final else r["erased"], 3),
                                            r["sqnr_db"] if r["sqnr_db"] is not None else float("inf")))
     return [{"rank": i + 1, "op": r["op"], "tensor": r["tensor"],
-             "source_layers": source_layers(r["tensor"], layer_names),
+             "source_layers": source_layers(r["tensor"], layer_names), "model_output": r["tensor"] in final,
              "erased": r["erased"], "sqnr_db": r["sqnr_db"], "rmse_per_scale": r["rmse_per_scale"],
              "scale": r["scale"]} for i, r in enumerate(ranked)]
 

@@ -79,7 +79,8 @@ def test_resolved_pipeline_round_trips(project: Path) -> None:
     assert again.output_dir == out
     data = yaml.safe_load(resolved.read_text())
     assert data["passes"] == [{"name": "strip-training"}]
-    assert data["verify"] == {"pass_tolerance": 1e-05, "pass_samples": 8}
+    assert data["verify"] == {"pass_tolerance": 1e-05, "pass_samples": 8, "parity": True, "float_tolerance": 1e-05,
+                              "culprits": 5, "suggest_keep_float": False, "max_keep_float": 5}
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -476,3 +477,47 @@ def test_target_quantization_policy_is_validated(project: Path) -> None:
     assert result.returncode == 2
     assert "quantization.modes[0]: unknown mode 'int4' (allowed: dynamic, float16, int16x8, int8, none)" in \
         result.stderr
+
+
+# -- verification and firmware outputs -----------------------------------------------------------------
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    ("gates: {min_sqnr_db: 30}\n",
+     "p.yaml:6: gates.min_sqnr_db: needs an evaluation section (the data parity is measured on)"),
+    ("output: {golden: {samples: 2}}\n",
+     "p.yaml:6: output.golden: needs an evaluation section (golden vectors are real evaluation samples)"),
+    ("output: {c_array: {name: 2model}}\n",
+     "p.yaml:6: output.c_array.name: '2model' is not a C identifier (letters, digits and _, not starting with a "
+     "digit)"),
+    ("evaluation: {path: cal.npz}\ngates: {max_accuracy_drop: 0.01}\n",
+     "p.yaml:7: gates.max_accuracy_drop: needs labels: set evaluation.labels to the array, feature or column that "
+     "holds them"),
+    ("evaluation: {path: cal.npz, labels: y}\nverify: {parity: false}\ngates: {min_cosine: 0.99}\n",
+     "p.yaml:7: verify.parity: is false, but gates.min_cosine needs the parity measurement"),
+    ("evaluation: {path: cal.npz, labels: y}\nverify: {suggest_keep_float: true}\n",
+     "p.yaml:7: verify.suggest_keep_float: needs an evaluation section and a parity gate to meet "
+     "(gates.max_accuracy_drop, min_top1_agreement, min_sqnr_db or min_cosine)"),
+])
+def test_verification_settings_need_what_they_measure(project: Path, extra: str, expected: str) -> None:
+    found = problems(write(project, MINIMAL + extra))
+    assert found[0] == expected
+
+
+def test_suggest_keep_float_needs_targets_that_run_float(project: Path) -> None:
+    text = MINIMAL + ("evaluation: {path: cal.npz, labels: y}\nverify: {suggest_keep_float: true}\n"
+                      "gates: {min_top1_agreement: 0.99}\n")
+    assert problems(write(project, text)) == [
+        "p.yaml:7: verify.suggest_keep_float: target 'generic-int8' runs no float ops left in a quantized model: "
+        "Quantization modes: int8; runs no float ops left in a quantized model (quantization.keep_float). This "
+        "target is the full-integer 8-bit quantization specification; a model in another mode is checked by a "
+        "target that declares that mode. [QS]"]
+
+
+def test_resolver_method_names_follow_tflm() -> None:
+    from edgeconv.verify.firmware import resolver_method
+
+    assert [resolver_method(op) for op in ("CONV_2D", "DEPTHWISE_CONV_2D", "BATCH_TO_SPACE_ND", "PADV2", "RELU6",
+                                           "L2_POOL_2D", "CUMSUM", "UNIDIRECTIONAL_SEQUENCE_LSTM", "SPLIT_V",
+                                           "RESIZE_NEAREST_NEIGHBOR")] == [
+        "AddConv2D", "AddDepthwiseConv2D", "AddBatchToSpaceNd", "AddPadV2", "AddRelu6", "AddL2Pool2D", "AddCumSum",
+        "AddUnidirectionalSequenceLSTM", "AddSplitV", "AddResizeNearestNeighbor"]

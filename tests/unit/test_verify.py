@@ -119,6 +119,7 @@ def test_rank_puts_erased_intermediates_first_then_lowest_sqnr() -> None:
         (1, "model/wide/Relu"), (2, "model/mix/add"), (3, "model/dense/MatMul"), (4, "StatefulPartitionedCall:0"),
         (5, "model/pool/Mean")]
     assert [r["source_layers"] for r in ranked[:3]] == [["wide"], ["mix"], ["dense"]]
+    assert [r["model_output"] for r in ranked] == [False, False, False, True, False]
 
 
 def _trial(needed: set[str], log: list[list[str]]) -> Any:

@@ -1,0 +1,250 @@
+"""Proving the INT8 model: parity with gates, the layer that ruins a model and the float set that
+fixes it, and the firmware artifacts (C array, op resolver, golden vectors, memory)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import edgeconv
+from edgeconv.cli import main
+from edgeconv.converters.tflite_reader import read_tflite
+from edgeconv.verify.memory import estimate
+from edgeconv.verify.runner import TFLiteRunner
+
+from ..conftest import REPO
+
+ANY_MODE_TARGET = """
+schema_version: 1
+name: cpu-with-float
+title: A CPU that runs float ops left in a quantized model (a user's target file)
+sources: {ME: "the firmware team's LiteRT build"}
+quantization: {modes: [int8], float_fallback: true, source: ME}
+unlisted: {source: ME}
+ops:
+  FULLY_CONNECTED: {source: ME}
+  QUANTIZE: {source: ME}
+  DEQUANTIZE: {source: ME}
+"""
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The shipped example, built once with every firmware output."""
+    root = tmp_path_factory.mktemp("example")
+    shutil.copytree(REPO / "examples", root / "examples")
+    text = (REPO / "pipeline.yaml").read_text().replace(
+        "output:\n  dir: build/digits",
+        "output:\n  dir: build/digits\n  c_array: {name: digits_model}\n  op_resolver: true\n"
+        "  golden: {samples: 3, intermediates: true}")
+    (root / "pipeline.yaml").write_text(text)
+    result = edgeconv.build(root / "pipeline.yaml")
+    return {"root": root, "out": result.output_dir, "report": result.report, "tflite": result.tflite_path}
+
+
+def test_example_report_shows_parity_and_the_accuracy_drop(example: dict[str, Any]) -> None:
+    parity = example["report"]["parity"]
+    assert parity["samples"] == 360
+    digit = parity["outputs"]["digit"]
+    assert digit["tflite_float"]["max_abs_error"] <= 1e-5  # the float conversion computes what Keras computes
+    assert digit["built"]["sqnr_db"] > 30 and digit["built"]["top1_agreement"] > 0.99
+    accuracy = parity["accuracy"]
+    assert accuracy["output"] == "digit" and accuracy["source"] == pytest.approx(0.98889, abs=1e-4)
+    assert accuracy["drop"]["built"] <= 0.01
+    text = (example["out"] / "report.md").read_text()
+    assert "## Parity: source model vs float .tflite vs built .tflite" in text
+    assert "| digit | built |" in text and "**drop 0.00%**" in text
+    culprits = example["report"]["culprits"]
+    assert len(culprits) == 5 and culprits[0]["rank"] == 1
+    assert {layer for c in culprits for layer in c["source_layers"]} >= {"conv1", "conv2"}
+
+
+def test_a_gate_tighter_than_the_measured_parity_fails_with_exit_1(example: dict[str, Any],
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    sqnr = example["report"]["parity"]["outputs"]["digit"]["built"]["sqnr_db"]
+    tight = round(sqnr + 5)
+    path = example["root"] / "tight.yaml"
+    path.write_text((example["root"] / "pipeline.yaml").read_text().replace("build/digits", "build/tight")
+                    + f"gates: {{min_sqnr_db: {tight}, min_top1_agreement: 0.9}}\n")
+    assert main(["build", str(path), "-q"]) == 1
+    out = capsys.readouterr().out
+    assert f"  - output 'digit': SQNR {sqnr:.1f} dB < gates.min_sqnr_db {tight}" in out.splitlines()
+    assert "top-1 agreement" not in out  # that gate passes
+
+
+# -- a quantization-hostile layer ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """x (12) -> embed Dense 16 relu -> wide Dense 16 -> mix Dense 8 relu -> head Dense 4. One unit of
+    'wide' is 1000x larger than the rest, and 'mix' ignores it: per-tensor INT8 quantization of
+    wide's output crushes the 15 channels that matter."""
+    import keras
+
+    root = tmp_path_factory.mktemp("hostile")
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((12,), name="x")
+    h = keras.layers.Dense(16, activation="relu", name="embed")(inp)
+    wide = keras.layers.Dense(16, name="wide")(h)
+    out = keras.layers.Dense(4, name="head")(keras.layers.Dense(8, activation="relu", name="mix")(wide))
+    model = keras.Model(inp, out)
+    w, b = model.get_layer("wide").get_weights()
+    w[:, 0] *= 1000
+    b[0] = 500
+    model.get_layer("wide").set_weights([w, b])
+    w2, b2 = model.get_layer("mix").get_weights()
+    w2[0, :] = 0
+    model.get_layer("mix").set_weights([w2, b2])
+    model.save(root / "hostile.keras")
+    x = np.random.default_rng(0).normal(size=(400, 12)).astype(np.float32)
+    labels = model.predict(x, verbose=0).argmax(1)
+    np.savez(root / "cal.npz", x=x[:200])
+    np.savez(root / "eval.npz", x=x[200:], label=labels[200:])
+    (root / "cpu.yaml").write_text(ANY_MODE_TARGET)
+    (root / "pipeline.yaml").write_text(
+        "version: 1\nmodel: {path: hostile.keras}\ncalibration: {path: cal.npz, samples: 200}\n"
+        "evaluation: {path: eval.npz, labels: label}\ntargets: [cpu.yaml]\n"
+        "gates: {min_top1_agreement: 0.95}\n")
+    return root
+
+
+def test_culprit_ranking_names_the_hostile_layer_and_the_search_fixes_it(hostile: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["build", str(hostile / "pipeline.yaml"), "-q", "--suggest-keep-float"]) == 1
+    assert "top-1 agreement" in capsys.readouterr().out
+    report = json.loads((hostile / "build" / "hostile" / "report.json").read_text())
+    assert report["parity"]["outputs"]["head"]["built"]["top1_agreement"] < 0.9
+    first = report["culprits"][0]
+    assert first["source_layers"] == ["wide"] and first["erased"] > 0.9
+    suggestion = report["keep_float_suggestion"]
+    assert suggestion["found"] and suggestion["layers"] == ["mix", "wide"]  # minimal: embed was not needed
+    assert [s["passes_gates"] for s in suggestion["steps"]] == [False, False, True, False, True]
+    text = (hostile / "build" / "hostile" / "report.md").read_text()
+    assert "Keeping **mix, wide** in float meets the gates." in text
+    # Applying the suggestion builds a model that passes.
+    patterns = ", ".join(f"'{p}'" for p in suggestion["keep_float"])
+    (hostile / "fixed.yaml").write_text((hostile / "pipeline.yaml").read_text()
+                                        + f"quantization: {{keep_float: [{patterns}]}}\noutput: {{dir: fixed}}\n")
+    assert main(["build", str(hostile / "fixed.yaml"), "-q"]) == 0
+
+
+def test_suggest_keep_float_needs_a_gate_and_targets_that_run_float(example: dict[str, Any],
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["build", str(example["root"] / "pipeline.yaml"), "-q", "--suggest-keep-float"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == ("edgeconv: error: --suggest-keep-float needs an evaluation section and a parity gate to meet "
+                      "(gates.max_accuracy_drop, min_top1_agreement, min_sqnr_db or min_cosine)")
+    assert err[1].startswith("edgeconv: error: --suggest-keep-float: target 'generic-int8' runs no float ops")
+
+
+# -- firmware artifacts ----------------------------------------------------------------------------------
+
+GCC = shutil.which("gcc")
+GXX = shutil.which("g++")
+
+
+@pytest.mark.skipif(GCC is None or GXX is None, reason="no C compiler on this machine")
+def test_c_array_compiles_warning_free_and_holds_the_model(example: dict[str, Any], tmp_path: Path) -> None:
+    out = example["out"]
+    assert (out / "digits_model.c").exists() and (out / "digits_model.h").exists()
+    main_c = tmp_path / "use.c"
+    main_c.write_text(textwrap.dedent("""
+        #include <stdio.h>
+        #include <stdint.h>
+        #include "digits_model.h"
+        int main(void) {
+          if (((uintptr_t)digits_model) % 16 != 0) return 2;
+          fwrite(digits_model, 1, digits_model_len, stdout);
+          return 0;
+        }
+    """))
+    exe = tmp_path / "use"
+    for cmd in ([GCC, "-std=c11", "-c", "-Wall", "-Wextra", "-Werror", str(out / "digits_model.c"), "-o",
+                 str(tmp_path / "m.o")],
+                [GCC, "-std=c11", "-Wall", "-Werror", f"-I{out}", str(main_c), str(tmp_path / "m.o"), "-o", str(exe)]):
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+    dumped = subprocess.run([str(exe)], check=True, capture_output=True).stdout
+    assert dumped == example["tflite"].read_bytes()
+
+
+@pytest.mark.skipif(GXX is None, reason="no C++ compiler on this machine")
+def test_cc_array_compiles(example: dict[str, Any], tmp_path: Path) -> None:
+    from edgeconv.verify.firmware import c_array
+
+    files = c_array(example["tflite"].read_bytes(), "kws_model", source="x.tflite", sha256="0" * 64, cplusplus=True)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    subprocess.run([GXX, "-std=c++11", "-c", "-Wall", "-Wextra", "-Werror", str(tmp_path / "kws_model.cc"), "-o",
+                    str(tmp_path / "k.o")], check=True, capture_output=True, text=True)
+
+
+def test_op_resolver_registers_exactly_the_models_ops(example: dict[str, Any]) -> None:
+    text = (example["out"] / "digits_model_op_resolver.h").read_text()
+    ops = sorted({op.type for op in read_tflite(example["tflite"]).ops})
+    assert ops == ["CONV_2D", "FULLY_CONNECTED", "MAX_POOL_2D", "RESHAPE", "SOFTMAX"]
+    assert re.findall(r"resolver\.(Add\w+)\(\)", text) == ["AddConv2D", "AddFullyConnected", "AddMaxPool2D",
+                                                            "AddReshape", "AddSoftmax"]
+    assert "constexpr unsigned int kDigitsModelOpCount = 5;" in text
+    assert "tflite::MicroMutableOpResolver<kDigitsModelOpCount>" in text
+
+
+@pytest.mark.skipif(GCC is None, reason="no C compiler on this machine")
+def test_golden_vectors_replay_exactly_with_reference_kernels(example: dict[str, Any], tmp_path: Path) -> None:
+    golden = np.load(example["out"] / "golden.npz")
+    runner = TFLiteRunner(example["tflite"].read_bytes(), reference=True)
+    inputs = sorted(k for k in golden.files if "/input/" in k)
+    assert len(inputs) == 3
+    for key in inputs:
+        sample = key.split("/")[0]
+        got = runner.run_raw({"image": golden[key]})
+        np.testing.assert_array_equal(got["digit"], golden[f"{sample}/output/digit"])
+        assert golden[key].dtype == np.int8
+    assert sum(1 for k in golden.files if k.startswith("sample0/tensor/")) >= 6  # intermediates kept
+    header = example["out"] / "digits_model_golden.h"
+    (tmp_path / "g.c").write_text(f'#include "{header}"\nint main(void) {{ return digits_model_golden_0_output_digit[0]'
+                                  " == 0 ? 0 : 0; }\n")
+    subprocess.run([GCC, "-std=c11", "-Wall", "-Werror", "-Wno-unused-const-variable", str(tmp_path / "g.c"),
+                    "-o", str(tmp_path / "g")], check=True, capture_output=True, text=True)
+
+
+def tflm_arena(path: Path) -> int:
+    """The tensor arena TFLite Micro actually allocates for the model (its RecordingMicroAllocator)."""
+    probe = textwrap.dedent("""
+        import sys, numpy as np
+        from tflite_micro.python.tflite_micro import runtime
+        it = runtime.Interpreter.from_bytes(open(sys.argv[1], 'rb').read(), arena_size=1 << 24)
+        it.print_allocations()
+    """)
+    out = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True)
+    match = re.search(r"Arena allocation total (\d+) bytes", out.stdout + out.stderr)
+    assert match, out.stdout + out.stderr
+    return int(match.group(1))
+
+
+@pytest.mark.parametrize("model", ["example", "conv2d-relu.int8", "softmax-dense.int8", "add-uint8io.int8"])
+def test_arena_estimate_covers_what_tflm_allocates(example: dict[str, Any], model: str) -> None:
+    path = example["tflite"] if model == "example" else REPO / "tests" / "data" / f"{model}.tflite"
+    actual = tflm_arena(path)
+    estimated = estimate(read_tflite(path))["arena_bytes"]
+    assert actual <= estimated <= 2 * actual, (actual, estimated)
+
+
+def test_memory_gates(example: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    memory = example["report"]["memory"]
+    assert memory["flash_bytes"] == example["tflite"].stat().st_size
+    path = example["root"] / "small.yaml"
+    path.write_text((example["root"] / "pipeline.yaml").read_text().replace("build/digits", "build/small")
+                    + "gates: {max_arena_bytes: 4096, max_flash_bytes: 30000}\n")
+    assert main(["build", str(path), "-q"]) == 1
+    out = capsys.readouterr().out
+    assert f"  - estimated tensor arena {memory['arena_bytes']:,} bytes > gates.max_arena_bytes 4,096" in out
+    assert f"  - model size {memory['flash_bytes']:,} bytes > gates.max_flash_bytes 30,000" in out
