@@ -44,8 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="validate a pipeline file (no TensorFlow needed)")
     v.add_argument("pipeline", type=Path)
 
-    c = sub.add_parser("check", help="check a .tflite against targets (no TensorFlow needed)")
-    c.add_argument("model", type=Path, help=".tflite file")
+    c = sub.add_parser("check", help="check a .tflite against targets, or list an .onnx model's ops (no "
+                                     "TensorFlow needed)")
+    c.add_argument("model", type=Path, help=".tflite file, or .onnx file (ops listed, custom domains and ops "
+                                            "ONNX does not define flagged; no target rules for ONNX yet)")
     c.add_argument("--target", action="append", dest="targets", metavar="NAME",
                    help="target name (repeatable; default generic-int8)")
     c.add_argument("--format", choices=("text", "json", "md"), default="text")
@@ -210,6 +212,8 @@ def _validate(path: Path) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    if args.model.suffix.lower() == ".onnx":
+        return _check_onnx(args)
     from .config import GatesConfig
     from .pipeline import check
     from .report import targets_markdown
@@ -231,6 +235,34 @@ def _check(args: argparse.Namespace) -> int:
         for reason in result.gate["reasons"]:
             print(f"gate: {reason}")
     return EXIT_OK if result.passed else EXIT_GATE
+
+
+def _check_onnx(args: argparse.Namespace) -> int:
+    from .converters.onnx_reader import read_onnx
+    from .report import onnx_model_markdown
+
+    for flag, value in (("--target", args.targets), ("--max-cpu-fallback", args.max_cpu_fallback),
+                        ("--min-mac-share", args.min_mac_share)):
+        if value is not None:
+            raise EdgeconvError(f"{flag} applies to .tflite models: there are no target rules for ONNX models yet")
+    data = read_onnx(args.model)
+    warnings = ([f"custom domain {d}: runs only where that domain's ops are implemented"
+                 for d in data["custom_domains"]]
+                + [f"op {op} is not defined by ONNX (a converter left it; no runtime knows it)"
+                   for op in data["unknown_ops"]])
+    data["warnings"] = warnings
+    if args.format == "json":
+        print(json.dumps(data, indent=2))
+    elif args.format == "md":
+        print("\n".join([f"# edgeconv check: {rel(args.model)}", "", *onnx_model_markdown(data)]))
+    else:
+        opsets = ", ".join(f"{k} {v}" for k, v in data["opsets"].items())
+        print(f"{rel(args.model)}: ONNX, opset {opsets}, {sum(data['ops'].values())} ops")
+        for op, count in data["ops"].items():
+            print(f"  {op} x{count}")
+        for w in warnings:
+            print(f"warning: {w}")
+    return EXIT_GATE if warnings and args.fail_on_warnings else EXIT_OK
 
 
 def _print_target(t: dict[str, object]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib.util
 import json
 import types
 from collections.abc import Mapping
@@ -241,6 +242,20 @@ class GoldenConfig:
                                   "diverges.", default=False)
 
 
+ONNX_OPSETS = (13, 18)  # tf2onnx 1.17 writes up to opset 18; per-channel QuantizeLinear needs 13
+ONNX_HINT = "pip install 'edgeconv[onnx]'"
+
+
+@dataclasses.dataclass(frozen=True)
+class OnnxConfig:
+    """ONNX models beside the .tflite, from the same cleaned graph and calibration (tf2onnx)."""
+
+    opset: int = setting(f"ONNX opset, {ONNX_OPSETS[0]} to {ONNX_OPSETS[1]}.", default=17)
+    quantized: bool | None = setting("Also write the INT8 (QDQ) ONNX model, converted from the built int8 .tflite "
+                                     "(same scales and zero points); default: when quantization.mode is int8.",
+                                     default=None)
+
+
 @dataclasses.dataclass(frozen=True)
 class OutputConfig:
     """Where the artifacts go, and the firmware artifacts written beside the .tflite."""
@@ -251,6 +266,8 @@ class OutputConfig:
     op_resolver: bool = setting("Write a TFLite Micro op-resolver header registering exactly the model's ops.",
                                 default=False)
     golden: GoldenConfig | None = setting("Write golden test vectors (needs an evaluation section).", default=None)
+    onnx: OnnxConfig | None = setting("Write the float ONNX model (and the INT8 QDQ one), validated with "
+                                      "onnx.checker and ONNX Runtime (needs edgeconv[onnx]).", default=None)
 
 
 def _parse_passes(node: yaml.Node, key: str, ctx: Ctx) -> Any:
@@ -436,6 +453,7 @@ def _check_semantics(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
     if not _is_tflite(config.model):
         _check_verification(config, root, ctx)
     _check_gates(config, root, ctx)
+    _check_onnx(config, root, ctx)
     out = config.output.dir
     if out is not None and out.exists() and not out.is_dir():
         ctx.error(_node_at(root, "output", "dir"), "output.dir", f"{str(out)!r} exists and is not a folder")
@@ -647,6 +665,32 @@ def _check_verification(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> No
     if o.c_array is not None and o.c_array.name is not None and not valid_identifier(o.c_array.name):
         ctx.error(_node_at(root, "output", "c_array", "name"), "output.c_array.name",
                   f"{o.c_array.name!r} is not a C identifier (letters, digits and _, not starting with a digit)")
+
+
+def onnx_available() -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxruntime", "tf2onnx"))
+
+
+def _check_onnx(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
+    o = config.output.onnx
+    if o is None:
+        return
+    at = _node_at(root, "output", "onnx")
+    if _is_tflite(config.model):
+        ctx.error(at, "output.onnx", "needs a TensorFlow model: an existing .tflite is only checked (ONNX is "
+                  "exported from the cleaned TensorFlow graph)")
+        return
+    if not ONNX_OPSETS[0] <= o.opset <= ONNX_OPSETS[1]:
+        ctx.error(_node_at(root, "output", "onnx", "opset"), "output.onnx.opset",
+                  f"opset {o.opset} is not supported (allowed: {ONNX_OPSETS[0]} to {ONNX_OPSETS[1]}: tf2onnx writes "
+                  f"up to {ONNX_OPSETS[1]}, per-channel QuantizeLinear needs {ONNX_OPSETS[0]})")
+    mode = config.quantization.mode.value
+    if o.quantized and mode != "int8":
+        ctx.error(_node_at(root, "output", "onnx", "quantized"), "output.onnx.quantized",
+                  f"the INT8 ONNX model is converted from the int8 .tflite, but quantization.mode is {mode!r} "
+                  "(remove quantized, or set it to false)")
+    if not onnx_available():
+        ctx.error(at, "output.onnx", f"needs onnx, onnxruntime and tf2onnx, which are not installed: {ONNX_HINT}")
 
 
 def _check_gates(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:

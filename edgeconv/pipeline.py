@@ -81,7 +81,8 @@ def _toolchain() -> dict[str, str]:
 
     versions = {"python": platform.python_version(), "edgeconv": __version__}
     for name, dist in (("tensorflow", "tensorflow"), ("tensorflow", "tensorflow-cpu"), ("keras", "keras"),
-                       ("ai_edge_litert", "ai-edge-litert"), ("numpy", "numpy")):
+                       ("ai_edge_litert", "ai-edge-litert"), ("numpy", "numpy"), ("onnx", "onnx"),
+                       ("onnxruntime", "onnxruntime"), ("tf2onnx", "tf2onnx")):
         with contextlib.suppress(md.PackageNotFoundError):
             versions.setdefault(name, md.version(dist))
     return versions
@@ -224,14 +225,17 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
                      + "; ".join(w.message for w in warnings))
     verification = _verify(config, loaded, reference, converter, calib, evaluation, exported, model,
                            suggest_keep_float, progress, extra)
+    onnx_files, onnx_json = (_onnx(config, graph, reference, exported.tflite, model, evaluation or calib, work,
+                                   extra) if config.output.onnx is not None else ({}, None))
     source = _model_json(config, out_dir, loaded.format, loaded.framework, loaded.graph.inputs,
                          loaded.graph.outputs, len(loaded.graph.layers), loaded.notes)
     quant = _quantization_json(config, out_dir, calib if cal_cfg is not None else None, warnings, targets)
     body = _report(config, out_dir, source, model, [report.pass_json(p) for p in pass_results], equivalence,
                    quant, results, loaded.graph.layer_names(), extra,
                    _data_json(evaluation, out_dir) if evaluation is not None else None)
-    files = _firmware(config, model, exported.tflite, evaluation, batch, body)
+    files = {**_firmware(config, model, exported.tflite, evaluation, batch, body), **onnx_files}
     body.update(verification)
+    body["onnx"] = onnx_json
     graph_io = ([i.node for i in loaded.graph.inputs], [canonical(o.tensor) for o in loaded.graph.outputs])
     return _commit(config, out_dir, tflite_name, exported.tflite, body, results, graph_io, files)
 
@@ -287,6 +291,49 @@ def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, convert
 
         out["keep_float_suggestion"] = culprits.suggest(ranked, config.verify.max_keep_float, trial)
     return out
+
+
+def _onnx(config: PipelineConfig, graph: FrozenGraph, reference: Any, tflite: bytes, model: TFLiteModel,
+          data: SampleSet, work: Path, extra: list[str]) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """The float ONNX model of the cleaned graph (and the INT8 QDQ one of the built .tflite), run with
+    ONNX Runtime on the evaluation data: the float one against the source model (within
+    verify.float_tolerance, else the build fails), the INT8 one against the .tflite."""
+    from .converters import onnx_export
+    from .verify import parity
+    from .verify.onnx_run import OnnxRunner
+    from .verify.runner import TFLiteRunner
+
+    o = config.output.onnx
+    assert o is not None
+    quantized = o.quantized if o.quantized is not None else config.quantization.mode.value == "int8"
+    log.info("exporting ONNX (opset %d)%s", o.opset, " and the INT8 QDQ model" if quantized else "")
+    batch = config.model.batch_size
+    shapes = {t.name: tuple(t.shape) for t in graph.outputs}
+    stem = config.build_name
+    float_proto = onnx_export.export_float(graph, o.opset)
+    files = {f"{stem}.onnx": float_proto.SerializeToString()}
+    labels = data.label_values() if data.labels else None
+    runs: dict[str, Any] = {"float": parity.measure(reference, {"onnx_float": OnnxRunner(files[f"{stem}.onnx"]).run},
+                                                    data.batches(batch), shapes, labels)}
+    worst = max(per["onnx_float"]["max_abs_error"] for per in runs["float"]["outputs"].values())
+    if worst > config.verify.float_tolerance:
+        extra.append(f"the float ONNX model differs from the source model by {worst:.3g} (> verify.float_tolerance "
+                     f"{config.verify.float_tolerance:g}): a tf2onnx conversion problem")
+    models = {"float": {"file": f"{stem}.onnx", **onnx_export.summary(float_proto, graph)}}
+    if quantized:
+        sig = model.signatures[0] if model.signatures else None
+        names = {}
+        if sig is not None:
+            for key, index in (*sig.inputs.items(), *sig.outputs.items()):
+                names[model.main.tensors[index].name] = key
+        int8_proto = onnx_export.export_quantized(tflite, names, o.opset, work / "onnx", stem)
+        files[f"{stem}.int8.onnx"] = int8_proto.SerializeToString()
+        tfl = TFLiteRunner(tflite)
+        runner = OnnxRunner(files[f"{stem}.int8.onnx"], quantization=tfl)
+        runs["int8"] = parity.measure(tfl.run, {"onnx_int8": runner.run}, data.batches(batch), shapes, None)
+        runs["int8"]["bit_exact"] = runner.exact_share()
+        models["int8"] = {"file": f"{stem}.int8.onnx", **onnx_export.summary(int8_proto)}
+    return files, {"opset": o.opset, "models": models, "data": data.role, "parity": runs}
 
 
 def _firmware(config: PipelineConfig, model: TFLiteModel, data: bytes, evaluation: SampleSet | None, batch: int,

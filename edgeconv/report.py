@@ -329,7 +329,56 @@ def verification_markdown(report: Mapping[str, Any]) -> list[str]:
     firmware = report.get("firmware")
     if firmware and firmware["files"]:
         lines += ["## Firmware files", ""] + [f"- `{f}`" for f in firmware["files"]] + [""]
+    if report.get("onnx") is not None:
+        lines += onnx_markdown(report["onnx"])
     return lines
+
+
+def onnx_model_markdown(m: Mapping[str, Any]) -> list[str]:
+    """One ONNX model for `edgeconv check`: opsets, inputs, outputs, op counts, what is flagged."""
+    lines = [f"Opsets: {', '.join(f'{k} {v}' for k, v in m['opsets'].items())}; IR version {m['ir_version']}; "
+             f"{m['bytes']:,} bytes.", "", "| op | count |", "|---|---|"]
+    lines += [f"| {op} | {n} |" for op, n in m["ops"].items()]
+    lines.append("")
+    lines += [f"- input `{v['name']}` {v['dtype']} {v['shape']}" for v in m["inputs"]]
+    lines += [f"- output `{v['name']}` {v['dtype']} {v['shape']}" for v in m["outputs"]]
+    lines += [f"- **warning**: {_esc(w)}" for w in m.get("warnings", [])]
+    return [*lines, ""]
+
+
+def onnx_markdown(onnx: Mapping[str, Any]) -> list[str]:
+    """The ONNX models: files, op counts, where the ops came from, and how they agree."""
+    lines = ["## ONNX", "", f"Opset {onnx['opset']}, checked with `onnx.checker` (full check) and run with ONNX "
+             f"Runtime on the {onnx['data']} data.", "", "| model | file | bytes | inputs | outputs | ops |",
+             "|---|---|---|---|---|---|"]
+    for kind, m in onnx["models"].items():
+        io = ["; ".join(f"{v['name']} {v['dtype']} {v['shape']}" for v in m[key]) for key in ("inputs", "outputs")]
+        lines.append(f"| {kind} | `{m['file']}` | {m['bytes']:,} | {io[0]} | {io[1]} | {_fmt_counts(m['ops'])} |")
+    lines.append("")
+    origin = onnx["models"]["float"].get("from_tf")
+    if origin:
+        lines += ["| TensorFlow op (after the passes) | ONNX ops |", "|---|---|"]
+        lines += [f"| {tf_op} | {_fmt_counts(ops)} |" for tf_op, ops in origin.items()]
+        lines.append("")
+    flagged = [f"{kind}: custom domain(s) {', '.join(m['custom_domains'])}" for kind, m in onnx["models"].items()
+               if m["custom_domains"]]
+    lines += [f"- {f}" for f in flagged]
+    runs = onnx["parity"]
+    for name, per in runs["float"]["outputs"].items():
+        m = per["onnx_float"]
+        lines.append(f"- float ONNX vs the source model, output `{name}`: max abs error {m['max_abs_error']:.3g}, "
+                     f"top-1 agreement {_num(m['top1_agreement'], '.2%')} on {runs['float']['samples']} samples")
+    if runs["float"].get("accuracy"):
+        acc = runs["float"]["accuracy"]
+        lines.append(f"- float ONNX accuracy: {acc['onnx_float']:.2%} (source {acc['source']:.2%})")
+    if "int8" in runs:
+        for name, per in runs["int8"]["outputs"].items():
+            m = per["onnx_int8"]
+            lines.append(f"- INT8 ONNX vs the built .tflite, output `{name}`: top-1 agreement "
+                         f"{_num(m['top1_agreement'], '.2%')}, max abs difference {m['max_abs_error']:.3g} "
+                         f"(dequantized); {_num(runs['int8']['bit_exact'], '.2%')} of the raw output values "
+                         "identical")
+    return [*lines, ""]
 
 
 def _data_markdown(data: Mapping[str, Any]) -> list[str]:

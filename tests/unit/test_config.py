@@ -11,6 +11,7 @@ import yaml
 
 from edgeconv import ConfigError, load_pipeline
 from edgeconv.calibration import resolve_source
+from edgeconv.cli import main
 from edgeconv.config import pipeline_json_schema, pipeline_json_schema_text, resolved_yaml
 from edgeconv.passes import StripTrainingPass
 
@@ -513,11 +514,48 @@ def test_suggest_keep_float_needs_targets_that_run_float(project: Path) -> None:
         "target that declares that mode. [QS]"]
 
 
-def test_resolver_method_names_follow_tflm() -> None:
-    from edgeconv.verify.firmware import resolver_method
+@pytest.mark.parametrize(("extra", "expected"), [
+    ("output: {onnx: {opset: 19}}\n",
+     "p.yaml:6: output.onnx.opset: opset 19 is not supported (allowed: 13 to 18: tf2onnx writes up to 18, "
+     "per-channel QuantizeLinear needs 13)"),
+    ("output: {onnx: {opset: 11}}\n",
+     "p.yaml:6: output.onnx.opset: opset 11 is not supported (allowed: 13 to 18: tf2onnx writes up to 18, "
+     "per-channel QuantizeLinear needs 13)"),
+    ("output: {onnx: {opset: seventeen}}\n", "p.yaml:6: output.onnx.opset: expected an integer, got 'seventeen'"),
+    ("output: {onnx: {opst: 17}}\n", "p.yaml:6: output.onnx: unknown key 'opst' (allowed: opset, quantized); "
+     "did you mean 'opset'?"),
+    ("quantization: {mode: float16}\ntargets: [cpu.yaml]\noutput: {onnx: {quantized: true}}\n",
+     "p.yaml:8: output.onnx.quantized: the INT8 ONNX model is converted from the int8 .tflite, but "
+     "quantization.mode is 'float16' (remove quantized, or set it to false)"),
+])
+def test_onnx_output_mistakes(project: Path, extra: str, expected: str) -> None:
+    (project / "cpu.yaml").write_text(textwrap.dedent("""
+        schema_version: 1
+        name: cpu-any
+        title: any mode
+        sources: {ME: "mine"}
+        quantization: {modes: [int8, float16], float_fallback: true, source: ME}
+        unlisted: {source: ME}
+        ops: {}
+    """))
+    assert problems(write(project, MINIMAL + extra)) == [expected]
 
-    assert [resolver_method(op) for op in ("CONV_2D", "DEPTHWISE_CONV_2D", "BATCH_TO_SPACE_ND", "PADV2", "RELU6",
-                                           "L2_POOL_2D", "CUMSUM", "UNIDIRECTIONAL_SEQUENCE_LSTM", "SPLIT_V",
-                                           "RESIZE_NEAREST_NEIGHBOR")] == [
-        "AddConv2D", "AddDepthwiseConv2D", "AddBatchToSpaceNd", "AddPadV2", "AddRelu6", "AddL2Pool2D", "AddCumSum",
-        "AddUnidirectionalSequenceLSTM", "AddSplitV", "AddResizeNearestNeighbor"]
+
+def test_onnx_output_defaults_and_a_tflite_model(project: Path, formats: Path) -> None:
+    config = load_pipeline(write(project, MINIMAL + "output: {onnx: {}}\n"))
+    assert config.output.onnx is not None and config.output.onnx.opset == 17 and config.output.onnx.quantized is None
+    path = write(formats, "version: 1\nmodel: {path: m.tflite}\noutput: {onnx: {}}\n", name="t.yaml")
+    assert problems(path) == ["t.yaml:3: output.onnx: needs a TensorFlow model: an existing .tflite is only checked "
+                              "(ONNX is exported from the cleaned TensorFlow graph)"]
+
+
+def test_onnx_output_without_the_extra_is_a_config_error_with_the_install_hint(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tf2onnx" else real(name, *a))
+    path = write(project, MINIMAL + "output: {onnx: {}}\n")
+    assert problems(path) == ["p.yaml:6: output.onnx: needs onnx, onnxruntime and tf2onnx, which are not installed: "
+                              "pip install 'edgeconv[onnx]'"]
+    assert main(["validate", str(path)]) == 2
