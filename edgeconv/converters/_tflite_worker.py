@@ -133,7 +133,13 @@ def _layer_errors(tf: Any, job_dir: Path, job: dict[str, Any], representative: A
         layer_direct_compare_metrics={"erased": _erased, "signal_power": _signal_power,
                                       "noise_power": _noise_power},
         denylisted_nodes=denied)
-    debugger = tf.lite.experimental.QuantizationDebugger(converter=_converter(tf, job_dir, float_io, representative),
+    made = tf.lite.experimental.QuantizationDebugger(converter=_converter(tf, job_dir, float_io, representative),
+                                                     debug_dataset=debug_data, debug_options=options)
+    # Built from a converter, the debugger's interpreter does not keep intermediate tensors (TF 2.21,
+    # debugger.py _init_from_converter), so the float and quantized values the compare metrics read
+    # after invoke() may already be overwritten by later ops (measured: a logits op reported at 7.1 dB
+    # that is 39.6 dB end to end). Built from the debug model itself, it keeps them.
+    debugger = tf.lite.experimental.QuantizationDebugger(quant_debug_model_content=made.quant_model,
                                                          debug_dataset=debug_data, debug_options=options)
     debugger.run()
     text = io.StringIO()

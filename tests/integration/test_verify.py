@@ -66,6 +66,9 @@ def test_example_report_shows_parity_and_the_accuracy_drop(example: dict[str, An
     culprits = example["report"]["culprits"]
     assert len(culprits) == 5 and culprits[0]["rank"] == 1
     assert {layer for c in culprits for layer in c["source_layers"]} >= {"conv1", "conv2"}
+    # Every op alone adds less error than the whole model does at its output (43 dB): with intermediate
+    # tensors not kept, the debugger read overwritten buffers and reported the logits op at 7.1 dB.
+    assert min(c["sqnr_db"] for c in culprits) > 35, culprits
 
 
 def test_a_gate_tighter_than_the_measured_parity_fails_with_exit_1(example: dict[str, Any],
