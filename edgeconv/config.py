@@ -242,6 +242,33 @@ class GoldenConfig:
                                   "diverges.", default=False)
 
 
+# The toolchain a pipeline may pin (requires:): key -> distributions that provide it, first installed wins.
+TOOLCHAIN: dict[str, tuple[str, ...]] = {
+    "python": (), "edgeconv": ("edgeconv",), "tensorflow": ("tensorflow", "tensorflow-cpu"), "keras": ("keras",),
+    "ai-edge-litert": ("ai-edge-litert",), "numpy": ("numpy",), "onnx": ("onnx",), "onnxruntime": ("onnxruntime",),
+    "tf2onnx": ("tf2onnx",), "ethos-u-vela": ("ethos-u-vela",),
+}
+
+
+def toolchain_version(key: str) -> str | None:
+    """The installed version of a toolchain part, without importing it (None: not installed)."""
+    import importlib.metadata as md
+    import platform
+
+    if key == "python":
+        return platform.python_version()
+    if key == "edgeconv":
+        from ._version import __version__
+
+        return __version__
+    for dist in TOOLCHAIN[key]:
+        try:
+            return md.version(dist)
+        except md.PackageNotFoundError:
+            continue
+    return None
+
+
 ONNX_OPSETS = (13, 18)  # tf2onnx 1.17 writes up to opset 18; per-channel QuantizeLinear needs 13
 ONNX_HINT = "pip install 'edgeconv[onnx]'"
 
@@ -389,6 +416,10 @@ class PipelineConfig:
     verify: VerifyConfig = setting("Numerical checks.", factory=VerifyConfig)
     gates: GatesConfig = setting("Extra gates on the target results.", factory=GatesConfig)
     output: OutputConfig = setting("Output settings.", factory=OutputConfig)
+    requires: Mapping[str, str] = setting(
+        "Toolchain versions the build accepts, as PEP 440 specifiers (e.g. tensorflow: '>=2.20,<2.22'); a "
+        f"converter upgrade changes the bytes and sometimes the accuracy. Keys: {', '.join(TOOLCHAIN)}.",
+        factory=dict)
     # Derived, not settable: where the pipeline file is.
     source: Path = dataclasses.field(default=Path("pipeline.yaml"), init=False, compare=False)
 
@@ -454,6 +485,7 @@ def _check_semantics(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
         _check_verification(config, root, ctx)
     _check_gates(config, root, ctx)
     _check_onnx(config, root, ctx)
+    _check_requires(config, root, ctx)
     out = config.output.dir
     if out is not None and out.exists() and not out.is_dir():
         ctx.error(_node_at(root, "output", "dir"), "output.dir", f"{str(out)!r} exists and is not a folder")
@@ -665,6 +697,34 @@ def _check_verification(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> No
     if o.c_array is not None and o.c_array.name is not None and not valid_identifier(o.c_array.name):
         ctx.error(_node_at(root, "output", "c_array", "name"), "output.c_array.name",
                   f"{o.c_array.name!r} is not a C identifier (letters, digits and _, not starting with a digit)")
+
+
+def _check_requires(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    for key, spec in config.requires.items():
+        at = _node_at(root, "requires", key)
+        if key not in TOOLCHAIN:
+            ctx.error(at, f"requires.{key}", f"unknown toolchain part {key!r} (allowed: {allowed_list(TOOLCHAIN)})"
+                      f"{did_you_mean(key, TOOLCHAIN)}")
+            continue
+        try:
+            wanted = SpecifierSet(spec)
+        except InvalidSpecifier:
+            ctx.error(at, f"requires.{key}", f"{spec!r} is not a version specifier (e.g. '>=2.20,<2.22')")
+            continue
+        have = toolchain_version(key)
+        if have is None:
+            ctx.error(at, f"requires.{key}", f"{key} is not installed (the pipeline requires {spec})")
+            continue
+        try:
+            ok = wanted.contains(Version(have), prereleases=True)
+        except InvalidVersion:
+            ok = False
+        if not ok:
+            ctx.error(at, f"requires.{key}", f"the installed {key} {have} is outside {spec!r}: a different toolchain "
+                      "changes the bytes and sometimes the accuracy; install a matching version or change requires")
 
 
 def onnx_available() -> bool:

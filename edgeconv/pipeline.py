@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
 import hashlib
 import logging
 import math
 import os
-import platform
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -77,15 +75,10 @@ def check(model_path: str | Path, targets: Sequence[str] = ("generic-int8",),
 
 
 def _toolchain() -> dict[str, str]:
-    import importlib.metadata as md
+    """Versions of every installed toolchain part (the keys `requires:` takes)."""
+    from .config import TOOLCHAIN, toolchain_version
 
-    versions = {"python": platform.python_version(), "edgeconv": __version__}
-    for name, dist in (("tensorflow", "tensorflow"), ("tensorflow", "tensorflow-cpu"), ("keras", "keras"),
-                       ("ai_edge_litert", "ai-edge-litert"), ("numpy", "numpy"), ("onnx", "onnx"),
-                       ("onnxruntime", "onnxruntime"), ("tf2onnx", "tf2onnx")):
-        with contextlib.suppress(md.PackageNotFoundError):
-            versions.setdefault(name, md.version(dist))
-    return versions
+    return {key: v for key in TOOLCHAIN if (v := toolchain_version(key)) is not None}
 
 
 def _equivalence(reference: Any, graph: FrozenGraph, calib: SampleSet, batch_size: int, samples: int,

@@ -81,7 +81,7 @@ def test_report_records_provenance(built: dict[str, Any]) -> None:
     assert (cal["source"], cal["samples"], cal["seed"], cal["available"]) == ("npz", 200, 0, 400)
     assert report["model"]["path"] == "../../examples/digits/model.keras"
     assert report["model"]["inputs"] == [{"name": "image", "shape": [1, 16, 16, 1], "dtype": "float32"}]
-    assert {"python", "edgeconv", "tensorflow", "keras", "ai_edge_litert"} <= report["toolchain"].keys()
+    assert {"python", "edgeconv", "tensorflow", "keras", "ai-edge-litert"} <= report["toolchain"].keys()
     assert report["tflite"]["inputs"][0]["scale"] == pytest.approx(1 / 255, rel=1e-3)
 
 

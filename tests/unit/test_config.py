@@ -559,3 +559,45 @@ def test_onnx_output_without_the_extra_is_a_config_error_with_the_install_hint(
     assert problems(path) == ["p.yaml:6: output.onnx: needs onnx, onnxruntime and tf2onnx, which are not installed: "
                               "pip install 'edgeconv[onnx]'"]
     assert main(["validate", str(path)]) == 2
+
+
+def _installed(key: str) -> str:
+    from edgeconv.config import toolchain_version
+
+    version = toolchain_version(key)
+    assert version is not None
+    return version
+
+
+@pytest.mark.parametrize(("requires", "expected"), [
+    ("{tensorflow: '>=99'}", "p.yaml:6: requires.tensorflow: the installed tensorflow {tensorflow} is outside '>=99': "
+     "a different toolchain changes the bytes and sometimes the accuracy; install a matching version or change "
+     "requires"),
+    ("{numpy: '<1'}", "p.yaml:6: requires.numpy: the installed numpy {numpy} is outside '<1': a different toolchain "
+     "changes the bytes and sometimes the accuracy; install a matching version or change requires"),
+    ("{tensorflw: '>=2'}", "p.yaml:6: requires.tensorflw: unknown toolchain part 'tensorflw' (allowed: "
+     "ai-edge-litert, edgeconv, ethos-u-vela, keras, numpy, onnx, onnxruntime, python, tensorflow, tf2onnx); did you "
+     "mean 'tensorflow'?"),
+    ("{keras: 'three'}", "p.yaml:6: requires.keras: 'three' is not a version specifier (e.g. '>=2.20,<2.22')"),
+])
+def test_requires_refuses_a_toolchain_outside_it(project: Path, requires: str, expected: str) -> None:
+    path = write(project, MINIMAL + f"requires: {requires}\n")
+    assert problems(path) == [expected.format(tensorflow=_installed("tensorflow"), numpy=_installed("numpy"))]
+    assert main(["validate", str(path)]) == 2
+
+
+def test_requires_accepts_the_installed_toolchain_and_it_is_what_the_report_records(project: Path) -> None:
+    from edgeconv.config import toolchain_version
+
+    tf = _installed("tensorflow")
+    major, minor = (int(p) for p in tf.split(".")[:2])
+    config = load_pipeline(write(project, MINIMAL + f"requires: {{tensorflow: '>={major}.{minor},<{major}.{minor + 1}'"
+                                 f", python: '>=3.11'}}\n"))
+    assert config.requires == {"tensorflow": f">={major}.{minor},<{major}.{minor + 1}", "python": ">=3.11"}
+    assert toolchain_version("edgeconv") == edgeconv_version()
+
+
+def edgeconv_version() -> str:
+    from edgeconv import __version__
+
+    return __version__
