@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import platform
 import sys
 import time
@@ -37,6 +38,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("pipeline", type=Path, help="pipeline file (pipeline.yaml)")
     b.add_argument("--out", type=Path, help="output folder (default: output.dir of the pipeline)")
     b.add_argument("-q", "--quiet", action="store_true", help="print only the result")
+    b.add_argument("--no-cache", action="store_true",
+                   help="build even when the cache holds this build (also: EDGECONV_NO_CACHE=1)")
+    b.add_argument("--cache-dir", type=Path, metavar="DIR",
+                   help="build cache folder (default: $EDGECONV_CACHE_DIR, else ~/.cache/edgeconv)")
     b.add_argument("--suggest-keep-float", action="store_true",
                    help="try keeping the layers that add the most quantization error in float, one more at a time, "
                         "until the parity gates pass (as verify.suggest_keep_float)")
@@ -180,8 +185,14 @@ def _build(config: object, args: argparse.Namespace) -> int:
         handler.setFormatter(_Formatter())
         logging.basicConfig(level=logging.INFO, handlers=[handler])
         progress = ProgressDisplay(sys.stderr)
+    from .cache import BuildCache, default_dir
+
+    no_cache = args.no_cache or os.environ.get("EDGECONV_NO_CACHE", "") not in ("", "0")
+    cache = None if no_cache else BuildCache(args.cache_dir or default_dir())
     result = build(config, out=args.out, progress=progress,  # type: ignore[arg-type]
-                   suggest_keep_float=args.suggest_keep_float)
+                   suggest_keep_float=args.suggest_keep_float, cache=cache)
+    if result.cached and cache is not None:
+        print(f"cache: unchanged since the cached build; artifacts and report from {rel(cache.root)}")
     for t in result.report["targets"]:
         c = t["counts"]
         print(f"{t['name']}: {t['verdict'].upper()} ({c['supported']} supported, {c['cpu_fallback']} cpu_fallback, "

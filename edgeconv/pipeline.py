@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
+import json
 import logging
 import math
 import os
@@ -18,6 +19,7 @@ import numpy as np
 
 from . import output, report
 from ._version import __version__
+from .cache import BuildCache
 from .calibration import SOURCES, resolve_source
 from .calibration.checks import DataWarning, data_warnings, file_sha256, quantization_warnings
 from .calibration.config import CalibrationConfig, EvaluationConfig
@@ -44,6 +46,7 @@ class BuildResult:
     tflite_path: Path
     report: dict[str, Any]
     targets: tuple[TargetResult, ...]
+    cached: bool = False  # written from the build cache (the report is the cached build's)
 
     @property
     def passed(self) -> bool:
@@ -130,13 +133,15 @@ def _deterministic(run: Any, feeds: dict[str, np.ndarray]) -> bool:
 
 
 def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = None,
-          progress: Progress | None = None, suggest_keep_float: bool = False) -> BuildResult:
+          progress: Progress | None = None, suggest_keep_float: bool = False,
+          cache: BuildCache | None = None) -> BuildResult:
     """Run the pipeline: load, clean, prove, quantize, check, and write the output folder.
 
     Raises EdgeconvError for user mistakes (nothing is written), InternalError for
     failures of the toolchain. A build whose targets fail still writes its
     artifacts; ``BuildResult.passed`` is False. ``progress(stage, done, total)`` is
-    called while data is read and while the converter calibrates.
+    called while data is read and while the converter calibrates. With ``cache``, an
+    unchanged rebuild writes the cached artifacts and report instead (``BuildResult.cached``).
     """
     config = pipeline if isinstance(pipeline, PipelineConfig) else load_pipeline(pipeline)
     out_dir = Path(out).resolve() if out is not None else config.output_dir
@@ -146,9 +151,30 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
         return _check_existing(config, out_dir, targets)
     if suggest_keep_float:
         _can_suggest(config, targets)
+    key = None
+    if cache is not None:
+        key, why = cache.key(config, out_dir, suggest_keep_float)
+        if key is None:
+            log.info("cache: not cacheable: %s", why)
+        elif (files := cache.load(key)) is not None:
+            return _from_cache(config, out_dir, targets, key, files)
 
     with tempfile.TemporaryDirectory(prefix="edgeconv-") as work:
-        return _build(config, out_dir, targets, Path(work), progress, suggest_keep_float)
+        result = _build(config, out_dir, targets, Path(work), progress, suggest_keep_float)
+    if cache is not None and key is not None:
+        cache.store(key, out_dir)
+    return result
+
+
+def _from_cache(config: PipelineConfig, out_dir: Path, targets: list[Target], key: str,
+                files: dict[str, bytes]) -> BuildResult:
+    """Write a cached build's files; the target results are re-read from its .tflite (no TensorFlow)."""
+    name = f"{config.build_name}.tflite"
+    output.commit(out_dir, files)
+    log.info("cache: unchanged since build %s; wrote %s from the cache", key[:12], rel(out_dir))
+    model = parse_tflite(files[name], name)
+    results = tuple(check_model(model, t) for t in targets)
+    return BuildResult(config, out_dir, out_dir / name, json.loads(files["report.json"]), results, cached=True)
 
 
 def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: Path,

@@ -14,6 +14,9 @@ ORACLES = REPO / "tests" / "data" / "oracles" / "edgetpu"  # copied from ../shar
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+# Every test builds fresh (a test of the cache turns it on with its own folder under tmp_path), and
+# nothing is written to the user's ~/.cache.
+os.environ["EDGECONV_NO_CACHE"] = "1"
 
 
 # How an unknown-target error lists the choices (the registry of built-in targets, plus files).

@@ -1,0 +1,126 @@
+"""A content-addressed cache of builds.
+
+The key is the sha256 of everything a build's bytes depend on: the resolved pipeline (every
+default filled in), where the output folder is relative to the pipeline (the report's paths are
+relative to it), the bytes of the model, of the calibration and evaluation data files, of the
+user's target files and custom modules, the sources of edgeconv itself (built-in targets
+included), and the versions of the toolchain. An unchanged rebuild finds its entry and writes
+the cached artifacts and report (TensorFlow is not even imported); any change misses. Computing
+the key reads the inputs once; nothing else of the build runs.
+
+Not cacheable (the build runs, and says why): a ``python`` calibration source (its output is
+whatever the function returns today) and custom modules that are not files next to the pipeline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .config import PipelineConfig
+from .output import MARKER
+
+log = logging.getLogger("edgeconv")
+
+FORMAT = 1  # bump when what an entry holds changes
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def default_dir() -> Path:
+    """``$EDGECONV_CACHE_DIR``, else ``$XDG_CACHE_HOME/edgeconv``, else ``~/.cache/edgeconv``."""
+    if os.environ.get("EDGECONV_CACHE_DIR"):
+        return Path(os.environ["EDGECONV_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "edgeconv"
+
+
+def _hash_path(path: Path) -> str:
+    """A file's bytes, or a folder's files (relative paths and bytes, sorted)."""
+    digest = hashlib.sha256()
+    if path.is_file():
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        return digest.hexdigest()
+    for p in sorted(q for q in path.rglob("*") if q.is_file() and "__pycache__" not in q.parts):
+        digest.update(p.relative_to(path).as_posix().encode() + b"\0" + _hash_path(p).encode())
+    return digest.hexdigest()
+
+
+class BuildCache:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def key(self, config: PipelineConfig, out_dir: Path, suggest_keep_float: bool) -> tuple[str | None, str]:
+        """The entry's key, or None and why the build cannot be cached."""
+        from .config import resolved_yaml
+        from .pipeline import _toolchain
+
+        base = config.source.parent
+        inputs: dict[str, Any] = {
+            "format": FORMAT,
+            "pipeline": resolved_yaml(config, out_dir),
+            "output_dir": os.path.relpath(out_dir, base),
+            "suggest_keep_float": suggest_keep_float,
+            "toolchain": _toolchain(),
+            "edgeconv_sources": _hash_path(_PACKAGE),
+            "model": _hash_path(config.model.path),
+        }
+        for section in ("calibration", "evaluation"):
+            data = getattr(config, section)
+            if data is None:
+                continue
+            if data.path is None:
+                return None, f"{section} data comes from a python function"
+            inputs[section] = _hash_path(data.path)
+        for name in config.model.custom_modules:
+            found = [p for p in (base / f"{name}.py", base / name) if p.exists()]
+            if not found:
+                return None, f"custom module {name!r} is not a file next to the pipeline"
+            inputs[f"module:{name}"] = _hash_path(found[0])
+        for target in config.targets:
+            if Path(target).is_file():
+                inputs[f"target:{target}"] = _hash_path(Path(target))
+        text = json.dumps(inputs, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest(), "cacheable"
+
+    def _entry(self, key: str) -> Path:
+        return self.root / key[:2] / key
+
+    def load(self, key: str) -> dict[str, bytes] | None:
+        entry = self._entry(key)
+        if not (entry / "entry.json").is_file():
+            return None
+        try:
+            names = json.loads((entry / "entry.json").read_text())["files"]
+            return {name: (entry / "files" / name).read_bytes() for name in names}
+        except (OSError, ValueError, KeyError):
+            log.warning("cache: entry %s is unreadable; building", key[:12])
+            return None
+
+    def store(self, key: str, out_dir: Path) -> None:
+        """Copy a committed output folder into the cache. Best effort: a cache that cannot be written
+        costs the next build time, never this build's result."""
+        entry = self._entry(key)
+        if entry.exists():
+            return
+        staging: Path | None = None
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
+            names = sorted(p.name for p in out_dir.iterdir() if p.is_file() and p.name != MARKER)
+            (staging / "files").mkdir()
+            for name in names:
+                shutil.copyfile(out_dir / name, staging / "files" / name)
+            (staging / "entry.json").write_text(json.dumps({"key": key, "files": names}, indent=1))
+            os.rename(staging, entry)
+        except OSError as exc:
+            log.warning("cache: cannot write %s (%s); the build is not cached", self.root, exc.strerror)
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)

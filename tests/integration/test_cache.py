@@ -1,0 +1,92 @@
+"""The build cache: an unchanged rebuild is written from the cache, any change builds again."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeconv.cli import main
+
+from ..conftest import REPO, tree
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.delenv("EDGECONV_NO_CACHE")
+    monkeypatch.setenv("EDGECONV_CACHE_DIR", str(tmp_path / "cache"))
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    shutil.copy(REPO / "pipeline.yaml", tmp_path / "pipeline.yaml")
+    return tmp_path
+
+
+def timed_build(project: Path) -> tuple[int, float]:
+    start = time.perf_counter()
+    code = main(["build", str(project / "pipeline.yaml"), "-q"])
+    return code, time.perf_counter() - start
+
+
+def test_unchanged_rebuild_comes_from_the_cache_and_any_change_builds(project: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    out = project / "build" / "digits"
+    code, cold = timed_build(project)
+    assert code == 0 and "cache:" not in capsys.readouterr().out
+    first = tree(out)
+    entries = list((project / "cache").glob("*/*/entry.json"))
+    assert len(entries) == 1
+
+    code, warm = timed_build(project)
+    assert code == 0
+    assert "cache: unchanged since the cached build" in capsys.readouterr().out
+    assert tree(out) == first  # the same artifacts and report, byte for byte
+    assert warm < 0.1 * cold, (warm, cold)
+
+    # --no-cache builds (a new report timestamp, the same model).
+    assert main(["build", str(project / "pipeline.yaml"), "-q", "--no-cache"]) == 0
+    assert "cache:" not in capsys.readouterr().out
+    assert (out / "digits.tflite").read_bytes() == first["digits.tflite"]
+
+    # Changed calibration data: a miss, a second entry.
+    data = dict(np.load(project / "examples" / "digits" / "calibration.npz"))
+    data["image"] = data["image"][::-1].copy()
+    np.savez(project / "examples" / "digits" / "calibration.npz", **data)
+    assert main(["build", str(project / "pipeline.yaml"), "-q"]) == 0
+    assert "cache:" not in capsys.readouterr().out
+    assert len(list((project / "cache").glob("*/*/entry.json"))) == 2
+
+
+@pytest.mark.parametrize("change", ["pipeline", "model", "out"])
+def test_each_input_is_part_of_the_key(project: Path, change: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["build", str(project / "pipeline.yaml"), "-q"]) == 0
+    if change == "pipeline":
+        text = (project / "pipeline.yaml").read_text().replace("seed: 0", "seed: 1")
+        (project / "pipeline.yaml").write_text(text)
+    elif change == "model":
+        with (project / "examples" / "digits" / "model.keras").open("ab") as f:
+            f.write(b"\0")  # a zip with trailing bytes still loads
+    args = ["--out", str(project / "elsewhere")] if change == "out" else []
+    capsys.readouterr()
+    assert main(["build", str(project / "pipeline.yaml"), "-q", *args]) == 0
+    assert "cache:" not in capsys.readouterr().out
+
+
+def test_a_python_source_is_not_cached(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (project / "digits_data.py").write_text(
+        "from pathlib import Path\nimport numpy as np\n\ndef samples():\n"
+        "    d = np.load(Path(__file__).parent / 'examples/digits/calibration.npz')\n"
+        "    return [{'image': x} for x in d['image']]\n")
+    text = (project / "pipeline.yaml").read_text().replace(
+        "  source: npz\n  path: examples/digits/calibration.npz   # key \"image\" = the model input's name\n",
+        "  source: python\n  function: digits_data:samples\n  trust_code: true\n")
+    assert "source: python" in text
+    (project / "pipeline.yaml").write_text(text)
+    for _ in range(2):
+        assert main(["build", str(project / "pipeline.yaml"), "-q"]) == 0
+        assert "cache:" not in capsys.readouterr().out
+    assert not list((project / "cache").glob("*/*/entry.json"))
+    report = json.loads((project / "build" / "digits" / "report.json").read_text())
+    assert report["gate"]["verdict"] == "pass"
