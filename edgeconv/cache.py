@@ -57,7 +57,8 @@ class BuildCache:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def key(self, config: PipelineConfig, out_dir: Path, suggest_keep_float: bool) -> tuple[str | None, str]:
+    def key(self, config: PipelineConfig, out_dir: Path, suggest_keep_float: bool,
+            baseline: dict[str, Any] | None = None) -> tuple[str | None, str]:
         """The entry's key, or None and why the build cannot be cached."""
         from .config import resolved_yaml
         from .pipeline import _toolchain
@@ -71,6 +72,7 @@ class BuildCache:
             "toolchain": _toolchain(),
             "edgeconv_sources": _hash_path(_PACKAGE),
             "model": _hash_path(config.model.path),
+            "baseline": baseline,
         }
         for section in ("calibration", "evaluation"):
             data = getattr(config, section)

@@ -38,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("pipeline", type=Path, help="pipeline file (pipeline.yaml)")
     b.add_argument("--out", type=Path, help="output folder (default: output.dir of the pipeline)")
     b.add_argument("-q", "--quiet", action="store_true", help="print only the result")
+    b.add_argument("--baseline", type=Path, metavar="REPORT",
+                   help="an earlier report.json (or its output folder): the report says what changed, and the "
+                        "regression gates (gates.max_size_growth, no_new_fallback, ...) can fail the build")
     b.add_argument("--no-cache", action="store_true",
                    help="build even when the cache holds this build (also: EDGECONV_NO_CACHE=1)")
     b.add_argument("--cache-dir", type=Path, metavar="DIR",
@@ -61,6 +64,19 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--min-mac-share", type=float, metavar="F",
                    help="fail when less than this share (0..1) of the MACs runs supported on a target")
     c.add_argument("--fail-on-warnings", action="store_true", help="fail when a target reports a warning")
+
+    d = sub.add_parser("diff", help="what changed between two builds (two report.json files or output folders)")
+    d.add_argument("old", type=Path, help="baseline report.json, or the output folder holding it")
+    d.add_argument("new", type=Path, help="new report.json, or the output folder holding it")
+    d.add_argument("--format", choices=("text", "json", "md"), default="text")
+    d.add_argument("--max-size-growth", type=float, metavar="F",
+                   help="fail (exit 1) when the .tflite grew by more than this share of the old size")
+    d.add_argument("--max-arena-growth", type=float, metavar="F",
+                   help="fail when the tensor-arena estimate grew by more than this share")
+    d.add_argument("--max-accuracy-regression", type=float, metavar="F",
+                   help="fail when the built model's accuracy fell by more than F (0..1)")
+    d.add_argument("--no-new-fallback", action="append", default=[], metavar="TARGET",
+                   help="fail when an op type newly falls back or is unsupported on TARGET (repeatable)")
 
     t = sub.add_parser("targets", help="list the built-in targets or show one target's rules")
     tsub = t.add_subparsers(dest="action", required=True)
@@ -90,6 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _validate(args.pipeline)
         if args.command == "check":
             return _check(args)
+        if args.command == "diff":
+            return _diff(args)
         if args.command == "targets":
             return _targets(args)
         if args.command == "passes":
@@ -190,7 +208,7 @@ def _build(config: object, args: argparse.Namespace) -> int:
     no_cache = args.no_cache or os.environ.get("EDGECONV_NO_CACHE", "") not in ("", "0")
     cache = None if no_cache else BuildCache(args.cache_dir or default_dir())
     result = build(config, out=args.out, progress=progress,  # type: ignore[arg-type]
-                   suggest_keep_float=args.suggest_keep_float, cache=cache)
+                   suggest_keep_float=args.suggest_keep_float, cache=cache, baseline=args.baseline)
     if result.cached and cache is not None:
         print(f"cache: unchanged since the cached build; artifacts and report from {rel(cache.root)}")
     for t in result.report["targets"]:
@@ -246,6 +264,23 @@ def _check(args: argparse.Namespace) -> int:
         for reason in result.gate["reasons"]:
             print(f"gate: {reason}")
     return EXIT_OK if result.passed else EXIT_GATE
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from .diff import RegressionGates, diff, diff_markdown, load_report, regressions
+
+    gates = RegressionGates(args.max_size_growth, args.max_arena_growth, args.max_accuracy_regression,
+                            tuple(args.no_new_fallback))
+    changes = diff(load_report(args.old), load_report(args.new))
+    failed = regressions(changes, gates)
+    if args.format == "json":
+        print(json.dumps({**changes, "regressions": failed}, indent=2))
+    else:
+        lines = diff_markdown(changes, failed)
+        if args.format == "md":
+            lines = [f"# edgeconv diff: {rel(args.old)} -> {rel(args.new)}", "", *lines]
+        print("\n".join(lines).rstrip())
+    return EXIT_GATE if failed else EXIT_OK
 
 
 def _check_onnx(args: argparse.Namespace) -> int:

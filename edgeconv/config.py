@@ -22,6 +22,7 @@ from ._schema import INVALID, Ctx, dump_value, json_schema_of, parse_dataclass, 
 from .calibration import SOURCES, resolve_source
 from .calibration.config import HARD_FLOOR, SOURCE_KEYS, CalibrationConfig, DataConfig, EvaluationConfig, set_keys
 from .calibration.sources import folder_kinds
+from .diff import RegressionGates
 from .errors import ConfigError, allowed_list, did_you_mean, rel
 from .passes import PASSES, GraphPass
 from .targets import builtin_target_names, is_target_file, load_target
@@ -218,6 +219,23 @@ class GatesConfig:
     max_arena_bytes: int | None = setting("Largest estimated TFLite Micro tensor arena, in bytes.", default=None,
                                           minimum=1)
     max_flash_bytes: int | None = setting("Largest model size (flash), in bytes.", default=None, minimum=1)
+    max_size_growth: float | None = setting(
+        "With a baseline (build --baseline): largest growth of the .tflite, as a share of the baseline's size.",
+        default=None, minimum=0.0)
+    max_arena_growth: float | None = setting(
+        "With a baseline: largest growth of the tensor-arena estimate, as a share of the baseline's.",
+        default=None, minimum=0.0)
+    max_accuracy_regression: float | None = setting(
+        "With a baseline: largest fall of the built model's accuracy (0..1, absolute; evaluation labels).",
+        default=None, minimum=0.0, maximum=1.0)
+    no_new_fallback: tuple[str, ...] = setting(
+        "With a baseline: targets on which no op type may newly fall back to the CPU or become unsupported "
+        "(e.g. [edgetpu]).", factory=tuple)
+
+    @property
+    def regression(self) -> RegressionGates:
+        return RegressionGates(self.max_size_growth, self.max_arena_growth, self.max_accuracy_regression,
+                               self.no_new_fallback)
 
 
 class CLanguage(enum.Enum):
@@ -755,6 +773,11 @@ def _check_onnx(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
 
 def _check_gates(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
     target_names = [load_target(t).name for t in config.targets]
+    for i, name in enumerate(config.gates.no_new_fallback):
+        if name not in target_names:
+            ctx.error(_node_at(root, "gates", "no_new_fallback"), f"gates.no_new_fallback[{i}]",
+                      f"{name!r} is not one of the pipeline's targets ({allowed_list(target_names)})"
+                      f"{did_you_mean(name, target_names)}")
     for key in ("max_cpu_fallback_ops", "min_supported_mac_share"):
         for name, value in getattr(config.gates, key).items():
             at = _node_at(root, "gates", key, name)

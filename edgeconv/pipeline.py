@@ -27,6 +27,7 @@ from .calibration.samples import Progress, RandomReader, SampleSet, collect
 from .config import GatesConfig, ModelFormat, PipelineConfig, load_pipeline, resolved_yaml
 from .converters.model import LoadedModel
 from .converters.tflite_reader import TFLiteModel, parse_tflite, read_tflite
+from .diff import diff, load_report, regressions
 from .errors import ConfigError, InternalError, ModelError, rel
 from .ir import FrozenGraph, TensorSpec
 from .passes import PassResult
@@ -134,7 +135,7 @@ def _deterministic(run: Any, feeds: dict[str, np.ndarray]) -> bool:
 
 def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = None,
           progress: Progress | None = None, suggest_keep_float: bool = False,
-          cache: BuildCache | None = None) -> BuildResult:
+          cache: BuildCache | None = None, baseline: str | Path | None = None) -> BuildResult:
     """Run the pipeline: load, clean, prove, quantize, check, and write the output folder.
 
     Raises EdgeconvError for user mistakes (nothing is written), InternalError for
@@ -142,25 +143,31 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
     artifacts; ``BuildResult.passed`` is False. ``progress(stage, done, total)`` is
     called while data is read and while the converter calibrates. With ``cache``, an
     unchanged rebuild writes the cached artifacts and report instead (``BuildResult.cached``).
+    With ``baseline`` (an earlier report.json or its folder), the report says what changed and the
+    regression gates (gates.max_size_growth, ...) can fail the build.
     """
     config = pipeline if isinstance(pipeline, PipelineConfig) else load_pipeline(pipeline)
     out_dir = Path(out).resolve() if out is not None else config.output_dir
     output.check_writable(out_dir)
     targets: list[Target] = [load_target(name) for name in config.targets]
+    base = load_report(baseline) if baseline is not None else None
+    if base is None and config.gates.regression.any:
+        log.warning("gates: %s compare with a baseline; without --baseline they are not checked",
+                    ", ".join(config.gates.regression.names))
     if config.model.resolved_format() is ModelFormat.TFLITE:
-        return _check_existing(config, out_dir, targets)
+        return _check_existing(config, out_dir, targets, base)
     if suggest_keep_float:
         _can_suggest(config, targets)
     key = None
     if cache is not None:
-        key, why = cache.key(config, out_dir, suggest_keep_float)
+        key, why = cache.key(config, out_dir, suggest_keep_float, base)
         if key is None:
             log.info("cache: not cacheable: %s", why)
         elif (files := cache.load(key)) is not None:
             return _from_cache(config, out_dir, targets, key, files)
 
     with tempfile.TemporaryDirectory(prefix="edgeconv-") as work:
-        result = _build(config, out_dir, targets, Path(work), progress, suggest_keep_float)
+        result = _build(config, out_dir, targets, Path(work), progress, suggest_keep_float, base)
     if cache is not None and key is not None:
         cache.store(key, out_dir)
     return result
@@ -178,7 +185,7 @@ def _from_cache(config: PipelineConfig, out_dir: Path, targets: list[Target], ke
 
 
 def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: Path,
-           progress: Progress | None, suggest_keep_float: bool) -> BuildResult:
+           progress: Progress | None, suggest_keep_float: bool, baseline: dict[str, Any] | None) -> BuildResult:
     cal_cfg = config.calibration
     q = config.quantization
     log.info("loading %s (%s) in inference mode", rel(config.model.path), config.model.resolved_format().value)
@@ -256,7 +263,7 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     body.update(verification)
     body["onnx"] = onnx_json
     graph_io = ([i.node for i in loaded.graph.inputs], [canonical(o.tensor) for o in loaded.graph.outputs])
-    return _commit(config, out_dir, tflite_name, exported.tflite, body, results, graph_io, files)
+    return _commit(config, out_dir, tflite_name, exported.tflite, body, results, graph_io, files, baseline)
 
 
 def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, converter: Any, calib: SampleSet,
@@ -454,7 +461,8 @@ def _expected_ranges(config: PipelineConfig, inputs: Sequence[TensorSpec]) -> di
     return out
 
 
-def _check_existing(config: PipelineConfig, out_dir: Path, targets: list[Target]) -> BuildResult:
+def _check_existing(config: PipelineConfig, out_dir: Path, targets: list[Target],
+                    baseline: dict[str, Any] | None) -> BuildResult:
     """A .tflite model: nothing to load, clean or convert; check it and write the same outputs."""
     path = config.model.path
     log.info("reading %s (an existing .tflite: no passes, no conversion)", rel(path))
@@ -473,12 +481,20 @@ def _check_existing(config: PipelineConfig, out_dir: Path, targets: list[Target]
     body = _report(config, out_dir, source, model, [], None, None, results, None, [])
     files = _firmware(config, model, data, None, 1, body)
     body.update({"parity": None, "culprits": None, "keep_float_suggestion": None})
-    return _commit(config, out_dir, tflite_name, data, body, results, extra_files=files)
+    return _commit(config, out_dir, tflite_name, data, body, results, extra_files=files, baseline=baseline)
 
 
 def _commit(config: PipelineConfig, out_dir: Path, tflite_name: str, tflite: bytes, body: dict[str, Any],
             results: tuple[TargetResult, ...], graph_io: tuple[list[str], list[str]] | None = None,
-            extra_files: Mapping[str, bytes] | None = None) -> BuildResult:
+            extra_files: Mapping[str, bytes] | None = None, baseline: dict[str, Any] | None = None) -> BuildResult:
+    if baseline is not None:
+        changes = diff(baseline, body)
+        failed = regressions(changes, config.gates.regression)
+        body["baseline"] = {"diff": changes, "regressions": failed}
+        body["gate"]["reasons"] += [f"regression since the baseline: {r}" for r in failed]
+        body["gate"]["verdict"] = "fail" if body["gate"]["reasons"] else "pass"
+    else:
+        body["baseline"] = None
     files = {
         **(extra_files or {}),
         tflite_name: tflite,

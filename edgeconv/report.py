@@ -331,6 +331,11 @@ def verification_markdown(report: Mapping[str, Any]) -> list[str]:
         lines += ["## Firmware files", ""] + [f"- `{f}`" for f in firmware["files"]] + [""]
     if report.get("onnx") is not None:
         lines += onnx_markdown(report["onnx"])
+    if report.get("baseline") is not None:
+        from .diff import diff_markdown
+
+        lines += ["## Since the baseline", "", *diff_markdown(report["baseline"]["diff"],
+                                                              report["baseline"]["regressions"])]
     return lines
 
 

@@ -87,7 +87,7 @@ def test_resolved_pipeline_round_trips(project: Path) -> None:
 @pytest.mark.parametrize(("text", "expected"), [
     (MINIMAL + "calibraton: {path: cal.npz}\n",
      "p.yaml:6: top level: unknown key 'calibraton' (allowed: calibration, evaluation, gates, model, name, output, "
-     "passes, quantization, targets, verify, version); did you mean 'calibration'?"),
+     "passes, quantization, requires, targets, verify, version); did you mean 'calibration'?"),
     (MINIMAL.replace("  path: cal.npz", "  path: cal.npz\n  sample: 10"),
      "p.yaml:6: calibration: unknown key 'sample' (allowed: columns, expected_range, features, function, input, "
      "min_samples, path, preprocess, samples, seed, source, stride, trust_code, window); did you mean 'samples'?"),
@@ -601,3 +601,11 @@ def edgeconv_version() -> str:
     from edgeconv import __version__
 
     return __version__
+
+
+def test_regression_gates_name_the_pipelines_targets(project: Path) -> None:
+    path = write(project, MINIMAL + "targets: [generic-int8, edgetpu]\ngates: {no_new_fallback: [edgetpu, edge-tpu]}\n")
+    assert problems(path) == ["p.yaml:7: gates.no_new_fallback[1]: 'edge-tpu' is not one of the pipeline's targets "
+                              "(edgetpu, generic-int8); did you mean 'edgetpu'?"]
+    config = load_pipeline(write(project, MINIMAL + "gates: {max_size_growth: 0.05}\n", name="ok.yaml"))
+    assert config.gates.regression.names == ["gates.max_size_growth"]

@@ -1,0 +1,173 @@
+"""What changed between two builds: two report.json files compared (no TensorFlow, no models).
+
+Ops added and removed per type, per-target verdicts and the op types that fall back or are
+unsupported now but were not before, size, arena, parity and accuracy deltas; and the
+regression gates a release can fail on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .errors import EdgeconvError, rel
+
+NOT_SUPPORTED = ("cpu_fallback", "unsupported")
+
+
+@dataclasses.dataclass(frozen=True)
+class RegressionGates:
+    max_size_growth: float | None = None  # share of the baseline's .tflite size
+    max_arena_growth: float | None = None  # share of the baseline's arena estimate
+    max_accuracy_regression: float | None = None  # built accuracy, absolute (0..1)
+    no_new_fallback: tuple[str, ...] = ()  # targets on which no op type may newly leave the accelerator
+
+    @property
+    def names(self) -> list[str]:
+        return [f"gates.{f.name}" for f in dataclasses.fields(self) if getattr(self, f.name)]
+
+    @property
+    def any(self) -> bool:
+        return bool(self.names)
+
+
+def load_report(path: str | Path) -> dict[str, Any]:
+    """A report.json, or a clear error naming the file."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "report.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise EdgeconvError(f"{rel(path)}: no such report (give a report.json or the output folder holding "
+                            "one)") from None
+    except (OSError, ValueError) as exc:
+        raise EdgeconvError(f"{rel(path)}: not an edgeconv report ({exc})") from None
+    if not isinstance(data, dict) or "tflite" not in data or "targets" not in data:
+        raise EdgeconvError(f"{rel(path)}: not an edgeconv report (no tflite or targets section)")
+    return data
+
+
+def _not_supported(target: Mapping[str, Any]) -> dict[str, Counter[str]]:
+    out: dict[str, Counter[str]] = {s: Counter() for s in NOT_SUPPORTED}
+    for op in target["ops"]:
+        if op["status"] in out:
+            out[op["status"]][op["type"]] += 1
+    return out
+
+
+def _delta(old: float | None, new: float | None) -> dict[str, float | None]:
+    return {"old": old, "new": new, "delta": None if old is None or new is None else new - old}
+
+
+def diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The changes from ``old`` to ``new`` (two report dicts)."""
+    before, after = Counter(old["tflite"]["op_types"]), Counter(new["tflite"]["op_types"])
+    out: dict[str, Any] = {
+        "old": {"name": old.get("name"), "sha256": old["tflite"]["sha256"], "created": old.get("created")},
+        "new": {"name": new.get("name"), "sha256": new["tflite"]["sha256"], "created": new.get("created")},
+        "same_model": old["tflite"]["sha256"] == new["tflite"]["sha256"],
+        "ops": {"added": dict(sorted((after - before).items())), "removed": dict(sorted((before - after).items()))},
+        "size": _delta(old["tflite"]["bytes"], new["tflite"]["bytes"]),
+        "arena": _delta((old.get("memory") or {}).get("arena_bytes"), (new.get("memory") or {}).get("arena_bytes")),
+        "gate": {"old": old["gate"]["verdict"], "new": new["gate"]["verdict"]},
+        "targets": [],
+        "accuracy": None,
+        "parity": {},
+    }
+    old_targets = {t["name"]: t for t in old["targets"]}
+    for t in new["targets"]:
+        was = old_targets.get(t["name"])
+        now_ns = _not_supported(t)
+        entry: dict[str, Any] = {"name": t["name"], "old_verdict": was["verdict"] if was else None,
+                                 "new_verdict": t["verdict"], "old_counts": was["counts"] if was else None,
+                                 "new_counts": t["counts"]}
+        was_ns = _not_supported(was) if was else {s: Counter() for s in NOT_SUPPORTED}
+        for status in NOT_SUPPORTED:
+            entry[f"new_{status}"] = dict(sorted((now_ns[status] - was_ns[status]).items()))
+            entry[f"fixed_{status}"] = dict(sorted((was_ns[status] - now_ns[status]).items()))
+        out["targets"].append(entry)
+    out["targets_removed"] = sorted(set(old_targets) - {t["name"] for t in new["targets"]})
+    acc_old, acc_new = ((r.get("parity") or {}).get("accuracy") for r in (old, new))
+    if acc_old and acc_new:
+        out["accuracy"] = _delta(acc_old["built"], acc_new["built"])
+    parity_old, parity_new = ((r.get("parity") or {}).get("outputs", {}) for r in (old, new))
+    for name, per in parity_new.items():
+        if name in parity_old:
+            out["parity"][name] = {key: _delta(parity_old[name]["built"][key], per["built"][key])
+                                   for key in ("sqnr_db", "top1_agreement", "max_abs_error")}
+    return out
+
+
+def regressions(d: Mapping[str, Any], gates: RegressionGates) -> list[str]:
+    """The gates the change fails, each with the measured change."""
+    reasons = []
+    size = d["size"]
+    if gates.max_size_growth is not None and size["delta"] is not None \
+            and size["delta"] > gates.max_size_growth * size["old"]:
+        reasons.append(f"model size grew {size['delta']:+,} bytes ({size['delta'] / size['old']:+.1%}: "
+                       f"{size['old']:,} -> {size['new']:,}) > max_size_growth {gates.max_size_growth:.1%}")
+    arena = d["arena"]
+    if gates.max_arena_growth is not None and arena["delta"] is not None \
+            and arena["delta"] > gates.max_arena_growth * arena["old"]:
+        reasons.append(f"tensor arena estimate grew {arena['delta']:+,} bytes ({arena['delta'] / arena['old']:+.1%}"
+                       f": {arena['old']:,} -> {arena['new']:,}) > max_arena_growth {gates.max_arena_growth:.1%}")
+    acc = d["accuracy"]
+    if gates.max_accuracy_regression is not None:
+        if acc is None:
+            reasons.append("max_accuracy_regression is set but a report has no accuracy (evaluation.labels)")
+        elif -acc["delta"] > gates.max_accuracy_regression:
+            reasons.append(f"accuracy fell {-acc['delta']:.2%} ({acc['old']:.2%} -> {acc['new']:.2%}) > "
+                           f"max_accuracy_regression {gates.max_accuracy_regression:.2%}")
+    targets = {t["name"]: t for t in d["targets"]}
+    for name in gates.no_new_fallback:
+        t = targets.get(name)
+        if t is None:
+            reasons.append(f"no_new_fallback names {name!r}, which the new build does not check")
+            continue
+        for status in NOT_SUPPORTED:
+            if t[f"new_{status}"]:
+                ops = ", ".join(f"{op} x{n}" for op, n in t[f"new_{status}"].items())
+                reasons.append(f"{name}: new {status} op(s) since the baseline: {ops}")
+    return reasons
+
+
+def diff_markdown(d: Mapping[str, Any], reasons: list[str] | None = None) -> list[str]:
+    """The change for a person (a PR comment, the report's baseline section)."""
+    size = d["size"]
+    lines = [f"Model: {'unchanged' if d['same_model'] else 'changed'} (`{d['old']['sha256'][:12]}` -> "
+             f"`{d['new']['sha256'][:12]}`); size {size['old']:,} -> {size['new']:,} bytes "
+             f"({size['delta']:+,}); gate {d['gate']['old'].upper()} -> {d['gate']['new'].upper()}.", ""]
+    if d["ops"]["added"] or d["ops"]["removed"]:
+        lines += [f"- ops added: {_counts(d['ops']['added'])}", f"- ops removed: {_counts(d['ops']['removed'])}"]
+    if d["arena"]["delta"] is not None:
+        lines.append(f"- tensor arena estimate: {d['arena']['old']:,} -> {d['arena']['new']:,} bytes "
+                     f"({d['arena']['delta']:+,})")
+    if d["accuracy"] is not None:
+        a = d["accuracy"]
+        lines.append(f"- accuracy (built): {a['old']:.2%} -> {a['new']:.2%} ({a['delta']:+.2%})")
+    for name, per in d["parity"].items():
+        s, t = per["sqnr_db"], per["top1_agreement"]
+        sq = f"{s['old']:.1f} -> {s['new']:.1f} dB" if s["delta"] is not None else "-"
+        top = f"{t['old']:.2%} -> {t['new']:.2%}" if t["delta"] is not None else "-"
+        lines.append(f"- output `{name}`: SQNR {sq}, top-1 agreement {top}")
+    lines += ["", "| target | verdict | supported | cpu_fallback | unsupported | newly not supported | fixed |",
+              "|---|---|---|---|---|---|---|"]
+    for t in d["targets"]:
+        oc, nc = t["old_counts"] or {}, t["new_counts"]
+        cells = [f"{oc.get(k, '-')} -> {nc[k]}" for k in ("supported", "cpu_fallback", "unsupported")]
+        new = _counts({**t["new_cpu_fallback"], **t["new_unsupported"]})
+        fixed = _counts({**t["fixed_cpu_fallback"], **t["fixed_unsupported"]})
+        lines.append(f"| {t['name']} | {(t['old_verdict'] or '-').upper()} -> {t['new_verdict'].upper()} | "
+                     f"{' | '.join(cells)} | {new} | {fixed} |")
+    if reasons is not None:
+        lines += [""] + ([f"- **regression**: {r}" for r in reasons] or ["No regression gate failed."])
+    return [*lines, ""]
+
+
+def _counts(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{k} x{v}" for k, v in counts.items()) or "-"
