@@ -34,9 +34,17 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"edgeconv {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    b = sub.add_parser("build", help="run a pipeline: convert, quantize, check, write the output folder")
-    b.add_argument("pipeline", type=Path, help="pipeline file (pipeline.yaml)")
-    b.add_argument("--out", type=Path, help="output folder (default: output.dir of the pipeline)")
+    b = sub.add_parser("build", help="run pipelines: convert, quantize, check, write the output folders")
+    b.add_argument("pipelines", type=str, nargs="+", metavar="PIPELINE",
+                   help="pipeline file(s) (pipeline.yaml); a quoted glob ('models/*.yaml') is expanded")
+    b.add_argument("--out", type=Path, help="output folder (default: output.dir of the pipeline; one pipeline only)")
+    b.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
+                   help="build N pipelines at a time, each in its own process (default 1)")
+    b.add_argument("--junit", type=Path, metavar="PATH",
+                   help="write JUnit XML: a test case per pipeline and target, and per gate")
+    b.add_argument("--summary", type=Path, metavar="PATH",
+                   help="write a Markdown summary (a PR comment); on GitHub Actions it is also appended to "
+                        "$GITHUB_STEP_SUMMARY")
     b.add_argument("-q", "--quiet", action="store_true", help="print only the result")
     b.add_argument("--baseline", type=Path, metavar="REPORT",
                    help="an earlier report.json (or its output folder): the report says what changed, and the "
@@ -97,11 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     crash_dir: Path | None = None
     try:
         if args.command == "build":
-            from .config import load_pipeline
-
-            config = load_pipeline(args.pipeline)
-            crash_dir = args.out.resolve() if args.out else config.output_dir
-            return _build(config, args)
+            return _build_many(args)
         if args.command == "validate":
             return _validate(args.pipeline)
         if args.command == "check":
@@ -190,25 +194,123 @@ class ProgressDisplay:
             self.stream.flush()
 
 
-def _build(config: object, args: argparse.Namespace) -> int:
+def _expand(patterns: Sequence[str]) -> list[Path]:
+    import glob
+
+    paths: list[Path] = []
+    for pattern in patterns:
+        if any(c in pattern for c in "*?["):
+            found = sorted(glob.glob(pattern, recursive=True))
+            if not found:
+                raise EdgeconvError(f"{pattern}: no pipeline file matches")
+            paths += [Path(p) for p in found]
+        else:
+            paths.append(Path(pattern))
+    return list(dict.fromkeys(paths))
+
+
+def _build_many(args: argparse.Namespace) -> int:
+    """Build one or more pipelines; print each result, then (for several) one table; CI outputs."""
+    from .ci import summary_markdown, worst
+
+    paths = _expand(args.pipelines)
+    if args.out is not None and len(paths) > 1:
+        raise EdgeconvError(f"--out applies to one pipeline; {len(paths)} were given (each writes its output.dir)")
+    if args.jobs < 1:
+        raise EdgeconvError(f"-j must be at least 1, got {args.jobs}")
+    if len(paths) == 1:
+        outcomes = [_build_one(paths[0], args, verbose=not args.quiet, single=True)]
+    else:
+        outcomes = _build_parallel(paths, args)
+        print()
+        print(summary_markdown(outcomes).rstrip())
+    _ci_outputs(outcomes, args)
+    return worst(outcomes)
+
+
+def _build_parallel(paths: list[Path], args: argparse.Namespace) -> list[Any]:
+    """Several pipelines, N at a time; a pipeline's failure never stops the others."""
+    import concurrent.futures
+    import multiprocessing
+
+    options = {k: getattr(args, k) for k in ("out", "quiet", "baseline", "no_cache", "cache_dir",
+                                             "suggest_keep_float")}
+    if args.jobs == 1:
+        done = [_build_one(p, argparse.Namespace(**options), verbose=False) for p in paths]
+        for o in done:
+            _print_outcome(o)
+        return done
+    results: dict[Path, Any] = {}
+    context = multiprocessing.get_context("spawn")  # TensorFlow does not survive fork
+    with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs, mp_context=context) as pool:
+        futures = {pool.submit(_build_worker, p, options): p for p in paths}
+        for future in concurrent.futures.as_completed(futures):
+            results[futures[future]] = outcome = future.result()
+            _print_outcome(outcome)
+    return [results[p] for p in paths]
+
+
+def _build_worker(path: Path, options: dict[str, Any]) -> Any:
+    logging.getLogger("edgeconv").addHandler(logging.NullHandler())
+    logging.getLogger("edgeconv").propagate = False
+    return _build_one(path, argparse.Namespace(**options), verbose=False)
+
+
+def _print_outcome(o: Any) -> None:
+    from .ci import EXIT_WORDS
+
+    where = f" -> {rel(o.report_dir)}" if o.report_dir else ""
+    print(f"{rel(o.pipeline)}: {EXIT_WORDS.get(o.code, o.code).upper()} in {o.seconds:.1f} s{where}"
+          f"{' (cached)' if o.cached else ''}")
+    for line in (o.error or "").splitlines():
+        print(f"  {line}")
+
+
+def _build_one(path: Path, args: argparse.Namespace, *, verbose: bool, single: bool = False) -> Any:
+    """One pipeline. Its errors become its outcome (exit 2 or 3), as they would end a single build."""
+    from .cache import BuildCache, default_dir
+    from .ci import Outcome
+    from .config import load_pipeline
     from .pipeline import build
 
-    progress = None
-    if args.quiet:  # the summary below says what matters; no log lines, also not via logging's fallback
-        quiet = logging.getLogger("edgeconv")
-        quiet.addHandler(logging.NullHandler())
-        quiet.propagate = False
-    else:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(_Formatter())
-        logging.basicConfig(level=logging.INFO, handlers=[handler])
-        progress = ProgressDisplay(sys.stderr)
-    from .cache import BuildCache, default_dir
+    start = time.perf_counter()
+    crash_dir: Path | None = None
+    try:
+        config = load_pipeline(path)
+        crash_dir = args.out.resolve() if args.out else config.output_dir
+        progress = None
+        if verbose:
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(_Formatter())
+            logging.basicConfig(level=logging.INFO, handlers=[handler])
+            progress = ProgressDisplay(sys.stderr)
+        else:  # the summary says what matters; no log lines, also not via logging's fallback
+            quiet = logging.getLogger("edgeconv")
+            quiet.addHandler(logging.NullHandler())
+            quiet.propagate = False
+        no_cache = args.no_cache or os.environ.get("EDGECONV_NO_CACHE", "") not in ("", "0")
+        cache = None if no_cache else BuildCache(args.cache_dir or default_dir())
+        result = build(config, out=args.out, progress=progress, suggest_keep_float=args.suggest_keep_float,
+                       cache=cache, baseline=args.baseline)
+    except EdgeconvError as exc:
+        if single:
+            for line in str(exc).splitlines():
+                print(f"edgeconv: error: {line}", file=sys.stderr)
+        return Outcome(path, EXIT_USER, time.perf_counter() - start, error=str(exc))
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # a bug, or the toolchain failing: traceback to a log
+        code = _crash(exc, crash_dir)
+        what = str(exc) if isinstance(exc, InternalError) else f"{type(exc).__name__}: {exc}"
+        return Outcome(path, code, time.perf_counter() - start, error=f"internal error: {what}")
+    outcome = Outcome(path, EXIT_OK if result.passed else EXIT_GATE, time.perf_counter() - start, result.report,
+                      result.output_dir, cached=result.cached)
+    if single:
+        _print_build(result, cache)
+    return outcome
 
-    no_cache = args.no_cache or os.environ.get("EDGECONV_NO_CACHE", "") not in ("", "0")
-    cache = None if no_cache else BuildCache(args.cache_dir or default_dir())
-    result = build(config, out=args.out, progress=progress,  # type: ignore[arg-type]
-                   suggest_keep_float=args.suggest_keep_float, cache=cache, baseline=args.baseline)
+
+def _print_build(result: Any, cache: Any) -> None:
     if result.cached and cache is not None:
         print(f"cache: unchanged since the cached build; artifacts and report from {rel(cache.root)}")
     for t in result.report["targets"]:
@@ -225,7 +327,26 @@ def _build(config: object, args: argparse.Namespace) -> int:
         print(f"  - {reason}")
     print(f"gate: {gate['verdict'].upper()}; model {rel(result.tflite_path)}, report "
           f"{rel(result.output_dir / 'report.md')}")
-    return EXIT_OK if result.passed else EXIT_GATE
+
+
+def _ci_outputs(outcomes: list[Any], args: argparse.Namespace) -> None:
+    """JUnit XML, the Markdown summary, and on GitHub Actions the step summary and annotations."""
+    from .ci import junit_xml, summary_markdown, workflow_commands
+
+    text = summary_markdown(outcomes)
+    if args.junit is not None:
+        args.junit.parent.mkdir(parents=True, exist_ok=True)
+        args.junit.write_text(junit_xml(outcomes))
+    if args.summary is not None:
+        args.summary.parent.mkdir(parents=True, exist_ok=True)
+        args.summary.write_text(text)
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary:
+        with open(step_summary, "a") as handle:
+            handle.write(text + "\n")
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        for line in workflow_commands(outcomes):
+            print(line)
 
 
 def _validate(path: Path) -> int:

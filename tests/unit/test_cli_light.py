@@ -88,3 +88,24 @@ def test_progress_is_a_bar_on_a_terminal_and_lines_in_ci(monkeypatch: pytest.Mon
     assert text.startswith("\redgeconv: calibrating [........................] 0/8 -, ETA -")
     assert "\redgeconv: calibrating [########################] 8/8 8.0 samples/s, ETA -" in text
     assert text.endswith("\n") and text.count("\n") == 1
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["build", "pipeline.yaml", "tests/data/*.nothing"], "tests/data/*.nothing: no pipeline file matches"),
+    (["build", "pipeline.yaml", "README.md", "--out", "x"],
+     "--out applies to one pipeline; 2 were given (each writes its output.dir)"),
+    (["build", "pipeline.yaml", "-j", "0"], "-j must be at least 1, got 0"),
+])
+def test_build_argument_mistakes_are_refused_before_anything_runs(argv: list[str], expected: str) -> None:
+    done = run(argv)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"edgeconv: error: {expected}", "TF_NOT_IMPORTED"]
+
+
+def test_worst_exit_code_wins() -> None:
+    from pathlib import Path
+
+    from edgeconv.ci import Outcome, worst
+
+    outcomes = [Outcome(Path(f"{c}.yaml"), c, 0.0) for c in (0, 1, 2, 0)]
+    assert worst(outcomes) == 2 and worst([]) == 0 and worst(outcomes[:2]) == 1

@@ -1,0 +1,167 @@
+"""What CI systems read: JUnit XML, a Markdown summary (GitHub's step summary, a PR comment) and
+GitHub workflow annotations, made from the outcome of one or more pipeline builds.
+
+JUnit: one test suite per pipeline; one test case per target (a failure carries each op that is
+not supported: index, type, effect, rule id, detail and source layers) and one per gate (the
+other reasons a build fails); a pipeline that could not be built is one test case with an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import rel
+
+_PROBLEM = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+): (?P<message>.*)$")
+EXIT_WORDS = {0: "pass", 1: "fail", 2: "error", 3: "crash"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """One pipeline's build: its exit code, and its report or error message."""
+
+    pipeline: Path
+    code: int
+    seconds: float
+    report: dict[str, Any] | None = None
+    report_dir: Path | None = None
+    error: str | None = None  # the one-line messages of exit 2/3
+    cached: bool = False
+
+    @property
+    def name(self) -> str:
+        return str(self.report["name"]) if self.report else self.pipeline.stem
+
+
+def worst(outcomes: Sequence[Outcome]) -> int:
+    """The exit code of several builds: the worst of them (crash > error > fail > pass)."""
+    return max((o.code for o in outcomes), default=0)
+
+
+def _op_lines(target: dict[str, Any]) -> list[str]:
+    lines = []
+    for op in target["ops"]:
+        if op.get("follows_blocking_op"):
+            continue
+        for v in op["violations"]:
+            if v["effect"] == "ok":
+                continue
+            layers = f" (layers {', '.join(op['source_layers'])})" if op.get("source_layers") else ""
+            lines.append(f"#{op['index']} {op['type']} [{v['effect']}] {v['rule']}: {v['detail']}{layers}")
+    return lines
+
+
+def junit_xml(outcomes: Sequence[Outcome]) -> str:
+    suites = ET.Element("testsuites", name="edgeconv")
+    total = failed = errors = 0
+    for o in outcomes:
+        suite = ET.SubElement(suites, "testsuite", name=rel(o.pipeline), file=rel(o.pipeline))
+        cases = 0
+        fails = errs = 0
+        if o.report is None:
+            case = ET.SubElement(suite, "testcase", name="build", classname=f"edgeconv.{o.name}",
+                                 time=f"{o.seconds:.3f}")
+            err = ET.SubElement(case, "error", type=EXIT_WORDS.get(o.code, str(o.code)),
+                                message=(o.error or "").splitlines()[0] if o.error else "build failed")
+            err.text = o.error or ""
+            cases, errs = 1, 1
+        else:
+            for t in o.report["targets"]:
+                case = ET.SubElement(suite, "testcase", name=f"target {t['name']}", classname=f"edgeconv.{o.name}",
+                                     time="0")
+                cases += 1
+                if t["verdict"] != "pass":
+                    c = t["counts"]
+                    failure = ET.SubElement(case, "failure", type="target",
+                                            message=f"{t['name']}: {c['unsupported']} unsupported, "
+                                                    f"{c['cpu_fallback']} cpu_fallback op(s)")
+                    failure.text = "\n".join(_op_lines(t))
+                    fails += 1
+            target_reasons = [r for r in o.report["gate"]["reasons"] if r.startswith("target ")]
+            other = [r for r in o.report["gate"]["reasons"] if r not in target_reasons]
+            case = ET.SubElement(suite, "testcase", name="gates", classname=f"edgeconv.{o.name}",
+                                 time=f"{o.seconds:.3f}")
+            cases += 1
+            if other:
+                failure = ET.SubElement(case, "failure", type="gate", message=other[0])
+                failure.text = "\n".join(other)
+                fails += 1
+        suite.set("tests", str(cases))
+        suite.set("failures", str(fails))
+        suite.set("errors", str(errs))
+        suite.set("skipped", "0")
+        suite.set("time", f"{o.seconds:.3f}")
+        total, failed, errors = total + cases, failed + fails, errors + errs
+    suites.set("tests", str(total))
+    suites.set("failures", str(failed))
+    suites.set("errors", str(errors))
+    suites.set("time", f"{sum(o.seconds for o in outcomes):.3f}")
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def summary_markdown(outcomes: Sequence[Outcome]) -> str:
+    """One table for every pipeline, then what failed and why; for a step summary or a PR comment."""
+    verdict = EXIT_WORDS.get(worst(outcomes), "crash").upper()
+    lines = [f"## edgeconv: {verdict}", "", "| pipeline | result | size | targets | parity | report |",
+             "|---|---|---|---|---|---|"]
+    for o in outcomes:
+        if o.report is None:
+            lines.append(f"| `{rel(o.pipeline)}` | **{EXIT_WORDS.get(o.code, o.code)}** | - | - | - | - |")
+            continue
+        r = o.report
+        targets = ", ".join(f"{t['name']} {'✅' if t['verdict'] == 'pass' else '❌'}" for t in r["targets"])
+        parity = "-"
+        if r.get("parity"):
+            acc = r["parity"].get("accuracy")
+            sqnr = [m["built"]["sqnr_db"] for m in r["parity"]["outputs"].values() if m["built"]["sqnr_db"]]
+            parity = (f"accuracy {acc['built']:.2%} (drop {acc['drop']['built']:.2%})" if acc
+                      else f"SQNR {min(sqnr):.1f} dB" if sqnr else "-")
+        where = f"`{rel(o.report_dir / 'report.md')}`" if o.report_dir else "-"
+        cached = " (cached)" if o.cached else ""
+        lines.append(f"| `{rel(o.pipeline)}` | **{EXIT_WORDS.get(o.code, o.code)}**{cached} | "
+                     f"{r['tflite']['bytes']:,} B | {targets} | {parity} | {where} |")
+    problems = [(o, reason) for o in outcomes for reason in (o.report["gate"]["reasons"] if o.report else [])]
+    errors = [o for o in outcomes if o.report is None]
+    if problems or errors:
+        lines += ["", "### Why", ""]
+        lines += [f"- `{rel(o.pipeline)}` ({o.name}): {reason}" for o, reason in problems]
+        lines += [f"- `{rel(o.pipeline)}`: {line}" for o in errors for line in (o.error or "").splitlines()]
+    return "\n".join(lines) + "\n"
+
+
+def workflow_commands(outcomes: Sequence[Outcome]) -> list[str]:
+    """GitHub workflow commands: config problems at their pipeline line, gate failures at the pipeline."""
+    out = []
+    for o in outcomes:
+        if o.report is None:
+            for line in (o.error or "").splitlines():
+                found = _PROBLEM.match(line)
+                if found:
+                    out.append(f"::error file={_escape_property(found['file'])},line={found['line']},"
+                               f"title=edgeconv config::{_escape(found['message'])}")
+                else:
+                    out.append(f"::error file={_escape_property(rel(o.pipeline))},title=edgeconv build::"
+                               f"{_escape(line)}")
+            continue
+        for reason in o.report["gate"]["reasons"]:
+            out.append(f"::error file={_escape_property(rel(o.pipeline))},title=edgeconv gate ({o.name})::"
+                       f"{_escape(reason)}")
+        quant = o.report.get("quantization") or {}
+        for w in (quant.get("calibration") or {}).get("warnings", []):
+            out.append(f"::warning file={_escape_property(rel(o.pipeline))},title=edgeconv calibration ({o.name})::"
+                       f"{_escape(w['message'])}")
+    return out
+
+
+def _escape(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape(text).replace(":", "%3A").replace(",", "%2C")

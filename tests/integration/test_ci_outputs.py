@@ -1,0 +1,89 @@
+"""Many pipelines in one command, and what CI systems read: JUnit XML (validated against the Jenkins
+JUnit schema), the Markdown summary, GitHub's step summary and annotations."""
+
+from __future__ import annotations
+
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from edgeconv.cli import main
+
+from ..conftest import REPO
+from .test_diff import gelu_variant
+
+JUNIT_XSD = REPO / "tests" / "data" / "junit" / "junit-10.xsd"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    root = tmp_path_factory.mktemp("ci")
+    shutil.copytree(REPO / "examples", root / "examples")
+    shutil.copy(REPO / "pipeline.yaml", root / "good.yaml")
+    gelu_variant(root / "examples" / "digits" / "model.keras", root / "model_v2.keras")
+    text = (REPO / "pipeline.yaml").read_text().replace("path: examples/digits/model.keras", "path: model_v2.keras")
+    (root / "gelu.yaml").write_text(text.replace("dir: build/digits", "dir: build/gelu"))
+    (root / "broken.yaml").write_text("version: 1\nmodel: {path: examples/digits/model.keras}\n"
+                                      "calibration: {path: examples/digits/calibration.npz}\ntargets: [edge-tpu]\n")
+    step_summary = root / "step_summary.md"
+    step_summary.write_text("# earlier step\n")
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["build", "*.yaml", "-j", "2", "--junit", "ci/junit.xml", "--summary", "ci/summary.md"])
+    monkeypatch.undo()
+    return {"root": root, "code": code, "out": out.getvalue(), "step_summary": step_summary.read_text()}
+
+
+def test_the_exit_code_is_the_worst_and_every_pipeline_ran(run: dict[str, object]) -> None:
+    root = run["root"]
+    assert isinstance(root, Path)
+    assert run["code"] == 2  # broken.yaml: a config error; the other two still built
+    assert (root / "build" / "digits" / "report.json").exists() and (root / "build" / "gelu" / "report.json").exists()
+    lines = str(run["out"]).splitlines()
+    assert any(line.startswith("good.yaml: PASS in ") for line in lines)
+    assert any(line.startswith("gelu.yaml: FAIL in ") for line in lines)
+    assert any(line.startswith("broken.yaml: ERROR in ") for line in lines)
+
+
+def test_junit_xml_is_valid_and_carries_rule_ids_and_ops(run: dict[str, object]) -> None:
+    import xmlschema
+
+    root = run["root"]
+    assert isinstance(root, Path)
+    path = root / "ci" / "junit.xml"
+    xmlschema.XMLSchema(str(JUNIT_XSD)).validate(str(path))
+    tree = ET.parse(path).getroot()
+    assert (tree.get("tests"), tree.get("failures"), tree.get("errors")) == ("11", "2", "1")
+    suites = {s.get("name"): s for s in tree}
+    assert sorted(suites) == ["broken.yaml", "gelu.yaml", "good.yaml"]
+    edgetpu = suites["gelu.yaml"].find("testcase[@name='target edgetpu']/failure")
+    assert edgetpu is not None and edgetpu.get("message") == "edgetpu: 1 unsupported, 2 cpu_fallback op(s)"
+    assert "#6 GELU [unsupported] edgetpu.GELU.op_version_runtime" in (edgetpu.text or "")
+    assert "(layers fc1_gelu)" in (edgetpu.text or "")
+    error = suites["broken.yaml"].find("testcase[@name='build']/error")
+    assert error is not None and "targets[0]: unknown target 'edge-tpu'" in (error.get("message") or "")
+    assert suites["good.yaml"].find(".//failure") is None
+
+
+def test_markdown_summary_and_github_outputs(run: dict[str, object]) -> None:
+    root = run["root"]
+    assert isinstance(root, Path)
+    summary = (root / "ci" / "summary.md").read_text()
+    assert summary.startswith("## edgeconv: ERROR\n")
+    assert ("| `good.yaml` | **pass** | 36,528 B | generic-int8 ✅, arm-neon ✅, edgetpu ✅, tflm-cmsis-nn ✅ | "
+            "accuracy 98.89% (drop 0.00%) | `build/digits/report.md` |") in summary
+    assert "- `gelu.yaml` (digits): target edgetpu: 1 unsupported op(s): GELU x1" in summary
+    assert run["step_summary"] == "# earlier step\n" + summary + "\n"  # appended, not replaced
+    out = str(run["out"]).splitlines()
+    assert "::error file=gelu.yaml,title=edgeconv gate (digits)::target edgetpu: 1 unsupported op(s): GELU x1" in out
+    broken = [line for line in out if line.startswith("::error file=broken.yaml,line=4,")]
+    assert len(broken) == 1 and "targets[0]: unknown target 'edge-tpu'" in broken[0]
