@@ -42,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="build N pipelines at a time, each in its own process (default 1)")
     b.add_argument("--junit", type=Path, metavar="PATH",
                    help="write JUnit XML: a test case per pipeline and target, and per gate")
+    b.add_argument("--results-json", type=Path, metavar="PATH",
+                   help="write each pipeline's result as JSON: pipeline, exit code, verdict, report folder")
     b.add_argument("--summary", type=Path, metavar="PATH",
                    help="write a Markdown summary (a PR comment); on GitHub Actions it is also appended to "
                         "$GITHUB_STEP_SUMMARY")
@@ -57,8 +59,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="try keeping the layers that add the most quantization error in float, one more at a time, "
                         "until the parity gates pass (as verify.suggest_keep_float)")
 
-    v = sub.add_parser("validate", help="validate a pipeline file (no TensorFlow needed)")
-    v.add_argument("pipeline", type=Path)
+    v = sub.add_parser("validate", help="validate pipeline files (no TensorFlow needed)")
+    v.add_argument("pipelines", type=Path, nargs="+", metavar="PIPELINE")
 
     c = sub.add_parser("check", help="check a .tflite against targets, or list an .onnx model's ops (no "
                                      "TensorFlow needed)")
@@ -107,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "build":
             return _build_many(args)
         if args.command == "validate":
-            return _validate(args.pipeline)
+            return _validate(args.pipelines)
         if args.command == "check":
             return _check(args)
         if args.command == "diff":
@@ -340,6 +342,15 @@ def _ci_outputs(outcomes: list[Any], args: argparse.Namespace) -> None:
     if args.summary is not None:
         args.summary.parent.mkdir(parents=True, exist_ok=True)
         args.summary.write_text(text)
+    if args.results_json is not None:
+        from .ci import EXIT_WORDS
+
+        args.results_json.parent.mkdir(parents=True, exist_ok=True)
+        args.results_json.write_text(json.dumps([
+            {"pipeline": str(o.pipeline), "exit_code": o.code, "verdict": EXIT_WORDS.get(o.code, "crash"),
+             "name": o.name, "output_dir": str(o.report_dir) if o.report_dir else None,
+             "report": str(o.report_dir / "report.json") if o.report_dir else None, "cached": o.cached,
+             "error": o.error} for o in outcomes], indent=2) + "\n")
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
         with open(step_summary, "a") as handle:
@@ -349,16 +360,27 @@ def _ci_outputs(outcomes: list[Any], args: argparse.Namespace) -> None:
             print(line)
 
 
-def _validate(path: Path) -> int:
+def _validate(paths: Sequence[Path]) -> int:
+    """Every file is checked and every problem printed (a pre-commit hook passes several)."""
     from .config import ModelFormat, load_pipeline
 
-    config = load_pipeline(path)
-    fmt = config.model.resolved_format()
-    steps = ("an existing .tflite: checks only" if fmt is ModelFormat.TFLITE
-             else f"passes {', '.join(p.name for p in config.passes) or 'none'}")
-    print(f"{rel(path)}: valid (model {rel(config.model.path)} ({fmt.value}), targets {', '.join(config.targets)}, "
-          f"{steps})")
-    return EXIT_OK
+    failed = False
+    for path in paths:
+        try:
+            config = load_pipeline(path)
+        except EdgeconvError as exc:
+            if len(paths) == 1:
+                raise
+            for line in str(exc).splitlines():
+                print(f"edgeconv: error: {line}", file=sys.stderr)
+            failed = True
+            continue
+        fmt = config.model.resolved_format()
+        steps = ("an existing .tflite: checks only" if fmt is ModelFormat.TFLITE
+                 else f"passes {', '.join(p.name for p in config.passes) or 'none'}")
+        print(f"{rel(path)}: valid (model {rel(config.model.path)} ({fmt.value}), targets "
+              f"{', '.join(config.targets)}, {steps})")
+    return EXIT_USER if failed else EXIT_OK
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -3,7 +3,11 @@ JUnit schema), the Markdown summary, GitHub's step summary and annotations."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -87,3 +91,41 @@ def test_markdown_summary_and_github_outputs(run: dict[str, object]) -> None:
     assert "::error file=gelu.yaml,title=edgeconv gate (digits)::target edgetpu: 1 unsupported op(s): GELU x1" in out
     broken = [line for line in out if line.startswith("::error file=broken.yaml,line=4,")]
     assert len(broken) == 1 and "targets[0]: unknown target 'edge-tpu'" in broken[0]
+
+
+def run_action_build(cwd: Path, tmp: Path, pipelines: str) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
+    """The Action's build step as GitHub runs it: a script with GITHUB_* and INPUT_* in the environment."""
+    output, summary = tmp / "github_output", tmp / "step_summary"
+    env = {**os.environ, "GITHUB_ACTIONS": "true", "GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(summary),
+           "RUNNER_TEMP": str(tmp / "runner"), "INPUT_PIPELINES": pipelines, "INPUT_JOBS": "1", "INPUT_BASELINE": "",
+           "INPUT_ARGS": "-q", "EDGECONV": f"{sys.executable} -m edgeconv"}
+    done = subprocess.run(["bash", str(REPO / "scripts" / "action" / "build.sh")], cwd=cwd, env=env,
+                          capture_output=True, text=True)
+    text = output.read_text()
+    values = dict(re.findall(r"^([\w-]+)=(.*)$", text, re.M))
+    values["reports"] = text.split("reports<<EDGECONV_EOF\n")[1].split("EDGECONV_EOF")[0].strip()
+    return done, values
+
+
+def test_action_build_step_passes_and_hands_over_its_outputs(run: dict[str, object], tmp_path: Path) -> None:
+    import xmlschema
+
+    root = run["root"]
+    assert isinstance(root, Path)
+    done, values = run_action_build(root, tmp_path, "good.yaml")
+    assert done.returncode == 0, done.stderr
+    assert values["verdict"] == "pass" and values["exit-code"] == "0"
+    assert values["reports"] == str(root / "build" / "digits" / "report.json")
+    xmlschema.XMLSchema(str(JUNIT_XSD)).validate(values["junit"])
+    assert Path(values["summary"]).read_text().startswith("## edgeconv: PASS")
+    assert (tmp_path / "step_summary").read_text().startswith("## edgeconv: PASS")
+
+
+def test_action_build_step_fails_with_the_pipelines_exit_code(run: dict[str, object], tmp_path: Path) -> None:
+    root = run["root"]
+    assert isinstance(root, Path)
+    done, values = run_action_build(root, tmp_path, "broken.yaml")
+    assert done.returncode == 2
+    assert values["verdict"] == "error" and values["reports"] == ""
+    assert "::error file=broken.yaml,line=4,title=edgeconv config::targets[0]: unknown target 'edge-tpu'" \
+        in done.stdout
