@@ -165,9 +165,16 @@ def test_committed_op_models_are_what_the_generator_makes(tmp_path: Path) -> Non
         return [(op.label, op.version, [(t.dtype, t.shape) for t in op.inputs if t], [t.dtype for t in op.outputs])
                 for op in read_tflite(path).ops]
 
-    for name, (fn, shapes) in sorted(module.cases().items()):
+    # Run as it is run to make them: a fresh process. (In the test process, after the rest of the suite,
+    # TF 2.21's converter once quantized UNPACK fully where a fresh process keeps it float: an
+    # in-process order effect of TensorFlow, not of the generator.)
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, str(REPO / "scripts" / "make_op_models.py"), "--out", str(tmp_path)],
+                   check=True, capture_output=True)
+    for name in sorted(module.cases()):
         fresh = tmp_path / f"{name}.int8.tflite"
-        fresh.write_bytes(module.convert(fn, shapes))
         assert shape(fresh) == shape(REPO / "tests" / "data" / "ops" / f"{name}.int8.tflite"), name
 
 
