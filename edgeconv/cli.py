@@ -104,7 +104,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    crash_dir: Path | None = None
     try:
         if args.command == "build":
             return _build_many(args)
@@ -135,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("edgeconv: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # a bug, or the toolchain failing: traceback to a log
-        return _crash(exc, crash_dir)
+        return _crash(exc, None)
 
 
 def _crash(exc: Exception, out_dir: Path | None) -> int:
