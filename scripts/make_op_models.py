@@ -104,7 +104,9 @@ def cases() -> dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]]:
         "transpose": (lambda x: tf.transpose(x, [0, 3, 1, 2]), [S4]),
         "transpose_conv": (lambda x: tf.nn.conv2d_transpose(x, w_tconv, (1, 12, 10, 4), 2, "SAME"),
                            [(1, 6, 5, 7)]),
-        "unpack": (lambda x: tf.unstack(x, axis=1)[1] + 0.0, [(1, 3, 8)]),
+        # Every output used: with two of three outputs unused, TF 2.21's converter quantizes UNPACK on
+        # some runs and leaves it float between DEQUANTIZE/QUANTIZE on others (4 runs: 3 and 1).
+        "unpack": (lambda x: tf.concat(tf.unstack(x, axis=1)[::-1], axis=-1), [(1, 3, 8)]),
     }
     return table
 
