@@ -23,7 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .config import PipelineConfig
+from .calibration.checks import path_sha256
+from .config import PipelineConfig, installed_toolchain, resolved_yaml
 from .output import MARKER
 
 log = logging.getLogger("edgeconv")
@@ -40,19 +41,6 @@ def default_dir() -> Path:
     return Path(base) / "edgeconv"
 
 
-def _hash_path(path: Path) -> str:
-    """A file's bytes, or a folder's files (relative paths and bytes, sorted)."""
-    digest = hashlib.sha256()
-    if path.is_file():
-        with path.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        return digest.hexdigest()
-    for p in sorted(q for q in path.rglob("*") if q.is_file() and "__pycache__" not in q.parts):
-        digest.update(p.relative_to(path).as_posix().encode() + b"\0" + _hash_path(p).encode())
-    return digest.hexdigest()
-
-
 class BuildCache:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -60,18 +48,15 @@ class BuildCache:
     def key(self, config: PipelineConfig, out_dir: Path, suggest_keep_float: bool,
             baseline: dict[str, Any] | None = None) -> tuple[str | None, str]:
         """The entry's key, or None and why the build cannot be cached."""
-        from .config import resolved_yaml
-        from .pipeline import _toolchain
-
         base = config.source.parent
         inputs: dict[str, Any] = {
             "format": FORMAT,
             "pipeline": resolved_yaml(config, out_dir),
             "output_dir": os.path.relpath(out_dir, base),
             "suggest_keep_float": suggest_keep_float,
-            "toolchain": _toolchain(),
-            "edgeconv_sources": _hash_path(_PACKAGE),
-            "model": _hash_path(config.model.path),
+            "toolchain": installed_toolchain(),
+            "edgeconv_sources": path_sha256(_PACKAGE),
+            "model": path_sha256(config.model.path),
             "baseline": baseline,
         }
         for section in ("calibration", "evaluation"):
@@ -80,15 +65,15 @@ class BuildCache:
                 continue
             if data.path is None:
                 return None, f"{section} data comes from a python function"
-            inputs[section] = _hash_path(data.path)
+            inputs[section] = path_sha256(data.path)
         for name in config.model.custom_modules:
             found = [p for p in (base / f"{name}.py", base / name) if p.exists()]
             if not found:
                 return None, f"custom module {name!r} is not a file next to the pipeline"
-            inputs[f"module:{name}"] = _hash_path(found[0])
+            inputs[f"module:{name}"] = path_sha256(found[0])
         for target in config.targets:
             if Path(target).is_file():
-                inputs[f"target:{target}"] = _hash_path(Path(target))
+                inputs[f"target:{target}"] = path_sha256(Path(target))
         text = json.dumps(inputs, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest(), "cacheable"
 

@@ -49,8 +49,6 @@ def _op_lines(target: dict[str, Any]) -> list[str]:
         if op.get("follows_blocking_op"):
             continue
         for v in op["violations"]:
-            if v["effect"] == "ok":
-                continue
             layers = f" (layers {', '.join(op['source_layers'])})" if op.get("source_layers") else ""
             lines.append(f"#{op['index']} {op['type']} [{v['effect']}] {v['rule']}: {v['detail']}{layers}")
     return lines

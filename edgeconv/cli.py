@@ -252,8 +252,6 @@ def _build_parallel(paths: list[Path], args: argparse.Namespace) -> list[Any]:
 
 
 def _build_worker(path: Path, options: dict[str, Any]) -> Any:
-    logging.getLogger("edgeconv").addHandler(logging.NullHandler())
-    logging.getLogger("edgeconv").propagate = False
     return _build_one(path, argparse.Namespace(**options), verbose=False)
 
 

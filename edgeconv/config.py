@@ -287,6 +287,11 @@ def toolchain_version(key: str) -> str | None:
     return None
 
 
+def installed_toolchain() -> dict[str, str]:
+    """Versions of every installed toolchain part (the keys `requires:` takes)."""
+    return {key: v for key in TOOLCHAIN if (v := toolchain_version(key)) is not None}
+
+
 ONNX_OPSETS = (13, 18)  # tf2onnx 1.17 writes up to opset 18; per-channel QuantizeLinear needs 13
 ONNX_HINT = "pip install 'edgeconv[onnx]'"
 

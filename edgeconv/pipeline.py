@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import hashlib
+import itertools
 import json
 import logging
 import math
@@ -21,10 +21,10 @@ from . import output, report
 from ._version import __version__
 from .cache import BuildCache
 from .calibration import SOURCES, resolve_source
-from .calibration.checks import DataWarning, data_warnings, file_sha256, quantization_warnings
+from .calibration.checks import DataWarning, data_warnings, file_sha256, path_sha256, quantization_warnings
 from .calibration.config import CalibrationConfig, EvaluationConfig
 from .calibration.samples import Progress, RandomReader, SampleSet, collect
-from .config import GatesConfig, ModelFormat, PipelineConfig, load_pipeline, resolved_yaml
+from .config import GatesConfig, ModelFormat, PipelineConfig, installed_toolchain, load_pipeline, resolved_yaml
 from .converters.model import LoadedModel
 from .converters.tflite_reader import TFLiteModel, parse_tflite, read_tflite
 from .diff import diff, load_report, regressions
@@ -76,13 +76,6 @@ def check(model_path: str | Path, targets: Sequence[str] = ("generic-int8",),
     model = read_tflite(model_path)
     results = tuple(check_model(model, t) for t in loaded)
     return CheckResult(model, results, report.gate_json(results, gates))
-
-
-def _toolchain() -> dict[str, str]:
-    """Versions of every installed toolchain part (the keys `requires:` takes)."""
-    from .config import TOOLCHAIN, toolchain_version
-
-    return {key: v for key in TOOLCHAIN if (v := toolchain_version(key)) is not None}
 
 
 def _equivalence(reference: Any, graph: FrozenGraph, calib: SampleSet, batch_size: int, samples: int,
@@ -289,11 +282,23 @@ def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, convert
     shapes = {o.name: tuple(o.shape) for o in loaded.graph.outputs}
     labels = evaluation.label_values() if evaluation.labels else None
 
-    def measure(data: bytes) -> dict[str, Any]:
-        runs = {"tflite_float": TFLiteRunner(float_tflite).run, "built": TFLiteRunner(data).run}
-        return parity.measure(reference, runs, evaluation.batches(batch), shapes, labels)
+    # The source model's outputs, batch by batch: computed once, compared again by every keep-float trial.
+    source_outputs: list[dict[str, Any]] = []
 
-    result = measure(exported.tflite)
+    def measure(data: bytes, *, with_float: bool = False) -> dict[str, Any]:
+        runs = {"tflite_float": TFLiteRunner(float_tflite).run} if with_float else {}
+        runs["built"] = TFLiteRunner(data).run
+        step = itertools.count()
+
+        def source(feeds: Mapping[str, Any]) -> dict[str, Any]:
+            k = next(step)
+            if k == len(source_outputs):
+                source_outputs.append(reference(feeds))
+            return source_outputs[k]
+
+        return parity.measure(source, runs, evaluation.batches(batch), shapes, labels)
+
+    result = measure(exported.tflite, with_float=True)
     out["parity"] = result
     extra += parity.float_conversion_reasons(result, config.verify.float_tolerance)
     extra += parity.gate_reasons(result, gates)
@@ -345,7 +350,8 @@ def _onnx(config: PipelineConfig, graph: FrozenGraph, reference: Any, tflite: by
     if worst > config.verify.float_tolerance:
         extra.append(f"the float ONNX model differs from the source model by {worst:.3g} (> verify.float_tolerance "
                      f"{config.verify.float_tolerance:g}): a tf2onnx conversion problem")
-    models = {"float": {"file": f"{stem}.onnx", **onnx_export.summary(float_proto, graph)}}
+    models = {"float": {"file": f"{stem}.onnx", **onnx_export.summary(float_proto),
+                        "from_tf": onnx_export.from_tf(float_proto, graph)}}
     if quantized:
         sig = model.signatures[0] if model.signatures else None
         names = {}
@@ -507,24 +513,13 @@ def _commit(config: PipelineConfig, out_dir: Path, tflite_name: str, tflite: byt
     return BuildResult(config, out_dir, out_dir / tflite_name, body, results)
 
 
-def _model_sha256(path: Path) -> str:
-    """sha256 of a model file, or of a SavedModel folder (every file's relative path and bytes, sorted)."""
-    if path.is_file():
-        return file_sha256(path)
-    digest = hashlib.sha256()
-    for f in sorted(p for p in path.rglob("*") if p.is_file()):
-        digest.update(f.relative_to(path).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(f.read_bytes()).digest())
-    return digest.hexdigest()
-
-
 def _model_json(config: PipelineConfig, out_dir: Path, fmt: str, framework: str, inputs: Sequence[TensorSpec],
                 outputs: Sequence[TensorSpec], layers: int, notes: Sequence[str]) -> dict[str, Any]:
     return {
         "path": os.path.relpath(config.model.path, out_dir),
         "format": fmt,
         "framework": framework,
-        "sha256": _model_sha256(config.model.path),
+        "sha256": path_sha256(config.model.path),
         "inputs": [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype} for i in inputs],
         "outputs": [{"name": o.name, "shape": list(o.shape), "dtype": o.dtype} for o in outputs],
         "layers": layers,
@@ -583,7 +578,7 @@ def _report(config: PipelineConfig, out_dir: Path, source: dict[str, Any], model
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "name": config.build_name,
         "pipeline": os.path.relpath(config.source, out_dir),
-        "toolchain": _toolchain(),
+        "toolchain": installed_toolchain(),
         "model": source,
         "artifacts": {
             "tflite": {"path": f"{config.build_name}.tflite", "sha256": model.sha256, "bytes": model.size},

@@ -136,3 +136,15 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def path_sha256(path: Path) -> str:
+    """sha256 of a file, or of a folder (every file's relative path and bytes, sorted; Python's
+    __pycache__ left out)."""
+    if path.is_file():
+        return file_sha256(path)
+    digest = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(f.relative_to(path).as_posix().encode() + b"\0")
+        digest.update(bytes.fromhex(file_sha256(f)))
+    return digest.hexdigest()

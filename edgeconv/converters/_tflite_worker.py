@@ -59,13 +59,13 @@ def convert(job_dir: Path, progress_fd: int | None = None) -> int:
         yield from samples(job, report)
 
     try:
-        model = _convert(tf, job_dir, job, representative)
+        model, denied = _convert(tf, job_dir, job, representative)
         if job["debug"] is not None:
-            layers = _layer_errors(tf, job_dir, job, representative, _input_order(model, job))
+            layers = _layer_errors(tf, job_dir, job, representative, _input_order(model, job), denied)
             (job_dir / "layers.json").write_text(json.dumps(layers))
         if job["float_reference"]:
             float_job = {**job, "mode": "none", "keep_float": []}
-            (job_dir / "float.tflite").write_bytes(_convert(tf, job_dir, float_job, representative))
+            (job_dir / "float.tflite").write_bytes(_convert(tf, job_dir, float_job, representative)[0])
     except KeepFloatError as exc:
         (job_dir / "error.json").write_text(json.dumps({"type": "keep_float", "message": str(exc)}))
         return 2
@@ -112,7 +112,7 @@ def _input_order(model: bytes, job: dict[str, Any]) -> list[str]:
 
 
 def _layer_errors(tf: Any, job_dir: Path, job: dict[str, Any], representative: Any,
-                  order: list[str]) -> list[dict[str, Any]]:
+                  order: list[str], denied: list[str] | None) -> list[dict[str, Any]]:
     """Per quantized op, next to the same op in float on the same dequantized inputs (TF's
     QuantizationDebugger): the error it adds, the SQNR of its output, and how much of the float
     op's output its quantization erases."""
@@ -122,8 +122,6 @@ def _layer_errors(tf: Any, job_dir: Path, job: dict[str, Any], representative: A
     debug_job = {**job, **job["debug"]}
     # The debugger feeds and reads float; the per-op errors do not depend on the model's I/O types.
     float_io = {**job, "input_type": "float32", "output_type": "float32"}
-    denied = (_keep_float_names(job, bytes(_converter(tf, job_dir, float_io, representative).convert()))
-              if job["keep_float"] else None)
 
     def debug_data() -> Any:
         for batch in samples(debug_job, None, limit=DEBUG_SAMPLES):
@@ -188,17 +186,18 @@ def _converter(tf: Any, job_dir: Path, job: dict[str, Any], representative: Any)
     return converter
 
 
-def _convert(tf: Any, job_dir: Path, job: dict[str, Any], representative: Any) -> bytes:
+def _convert(tf: Any, job_dir: Path, job: dict[str, Any], representative: Any) -> tuple[bytes, list[str] | None]:
+    """The converted model, and the op output names keep_float left in float (None: no keep_float)."""
     converter = _converter(tf, job_dir, job, representative)
     if not job["keep_float"]:
-        return bytes(converter.convert())
+        return bytes(converter.convert()), None
     # Selective quantization: the ops whose output names match keep_float stay float
     # (TF's QuantizationDebugger with denylisted nodes; names as in the quantized model).
-    options = tf.lite.experimental.QuantizationDebugOptions(
-        denylisted_nodes=_keep_float_names(job, bytes(converter.convert())))
+    denied = _keep_float_names(job, bytes(converter.convert()))
+    options = tf.lite.experimental.QuantizationDebugOptions(denylisted_nodes=denied)
     debugger = tf.lite.experimental.QuantizationDebugger(converter=_converter(tf, job_dir, job, representative),
                                                          debug_dataset=representative, debug_options=options)
-    return bytes(debugger.get_nondebug_quantized_model())
+    return bytes(debugger.get_nondebug_quantized_model()), denied
 
 
 def _keep_float_names(job: dict[str, Any], model: bytes) -> list[str]:

@@ -8,12 +8,9 @@ import hashlib
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import EdgeconvError, ModelFileError, rel
-
-if TYPE_CHECKING:
-    from ..ir import FrozenGraph
 
 STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
 ONNX_HINT = "pip install 'edgeconv[onnx]'"
@@ -65,9 +62,8 @@ def graphs(graph: Any) -> Iterator[Any]:
                 yield from graphs(sub)
 
 
-def summary(proto: Any, graph: FrozenGraph | None = None) -> dict[str, Any]:
-    """Op types and counts, opsets, inputs and outputs, custom domains and ops ONNX does not define;
-    with ``graph``, the ONNX ops each TF op type became."""
+def summary(proto: Any) -> dict[str, Any]:
+    """Op types and counts, opsets, inputs and outputs, custom domains and ops ONNX does not define."""
     data = proto.SerializeToString()
     weights = {i.name for i in proto.graph.initializer}  # older IR versions list them as inputs too
     ops = Counter(n.op_type if n.domain in STANDARD_DOMAINS else f"{n.domain}.{n.op_type}"
@@ -80,10 +76,6 @@ def summary(proto: Any, graph: FrozenGraph | None = None) -> dict[str, Any]:
         "outputs": [_value(v) for v in proto.graph.output],
         "ops": dict(sorted(ops.items())), "custom_domains": custom, "unknown_ops": sorted(unknown_ops(proto)),
     }
-    if graph is not None:
-        from .onnx_export import from_tf
-
-        out["from_tf"] = from_tf(proto, graph)
     return out
 
 
