@@ -454,8 +454,12 @@ def _check_onnx(args: argparse.Namespace) -> int:
 def _print_target(t: dict[str, object]) -> None:
     c, shares = t["counts"], t["shares"]
     assert isinstance(c, dict) and isinstance(shares, dict)
-    print(f"{t['name']}: {str(t['verdict']).upper()} ({c['supported']} supported, {c['cpu_fallback']} cpu_fallback, "
-          f"{c['unsupported']} unsupported; {shares['macs']:.1%} of MACs supported)")
+    if t.get("error"):
+        print(f"{t['name']}: ERROR: {t['error']}")
+        return
+    uncertain = f", {c['uncertain']} uncertain" if c.get("uncertain") else ""
+    print(f"{t['name']}: {str(t['verdict']).upper()} ({c['supported']} supported{uncertain}, {c['cpu_fallback']} "
+          f"cpu_fallback, {c['unsupported']} unsupported; {shares['macs']:.1%} of MACs supported)")
     blocking = t.get("first_blocking_op")
     if isinstance(blocking, dict):
         print(f"  first blocking op: #{blocking['index']} {blocking['type']}: {'; '.join(blocking['reasons'])}")
@@ -468,7 +472,7 @@ def _print_target(t: dict[str, object]) -> None:
             print(f"  #{op['index']} {op['type']} [{v['effect']}] {v['rule']}: {v['detail']}")
     following = sum(1 for op in ops if op.get("follows_blocking_op"))
     if following:
-        print(f"  {following} later op(s) run on the CPU only because they follow the first blocking op")
+        print(f"  {following} later op(s) run on the CPU only because they depend on a blocking op")
 
 
 def _targets(args: argparse.Namespace) -> int:

@@ -44,6 +44,8 @@ def op_json(result: OpResult, layers: Sequence[str] | None) -> dict[str, Any]:
         entry["gemm"] = dict(zip(("m", "n", "k"), result.cost.gemm))
     if result.follows_blocking:
         entry["follows_blocking_op"] = True
+    if result.blocked_by is not None:
+        entry["blocked_by"] = result.blocked_by
     if op.custom_code is not None:
         entry["custom_code"] = op.custom_code
     if layers is not None:
@@ -77,8 +79,11 @@ def targets_json(results: Iterable[TargetResult], layers: Sequence[str] | None =
             "warnings": sum(len(o.warnings) for o in r.ops),
             "weight_bytes": sum(o.cost.weight_bytes for o in r.ops),
         }
-        if r.target.placement is Placement.PREFIX:
+        if r.target.placement is Placement.SEGMENT:
             entry["first_blocking_op"] = _blocking_json(r.first_blocking, layers)
+            entry["blocking_ops"] = [_blocking_json(b, layers) for b in r.blocking]
+        if r.error is not None:
+            entry["error"] = r.error
         if r.estimates is not None:
             entry["estimates"] = dict(r.estimates)
         entry["ops"] = [op_json(o, layers) for o in r.ops]
@@ -87,7 +92,7 @@ def targets_json(results: Iterable[TargetResult], layers: Sequence[str] | None =
 
 
 def _blocking_json(result: OpResult | None, layers: Sequence[str] | None) -> dict[str, Any] | None:
-    """The root cause of a prefix placement's CPU fallback: the op, its reasons, its layers."""
+    """A root cause of a segment placement's CPU fallback: the op, its reasons, its layers."""
     if result is None:
         return None
     entry = {"index": result.op.index, "type": result.op.type, "name": result.op.name,
@@ -154,6 +159,8 @@ def gate_json(results: Sequence[TargetResult], gates: GatesConfig | None = None,
     reasons = list(extra_reasons)
     for r in results:
         name = r.target.name
+        if r.verdict is Verdict.ERROR:
+            reasons.append(f"target {name}: no verdict: {r.error}")
         if r.verdict is Verdict.FAIL:
             bad = Counter(o.op.label for o in r.ops if o.status is OpStatus.UNSUPPORTED)
             reasons.append(f"target {name}: {sum(bad.values())} unsupported op(s): {_fmt_counts(bad)}")
@@ -189,18 +196,21 @@ def _esc(text: str) -> str:
 
 
 def targets_markdown(targets: Sequence[Mapping[str, Any]]) -> list[str]:
-    lines = ["| target | verdict | supported | cpu_fallback | unsupported | warnings | share of MACs supported |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| target | verdict | supported | uncertain | cpu_fallback | unsupported | warnings | share of MACs "
+             "supported |", "|---|---|---|---|---|---|---|---|"]
     for t in targets:
         c = t["counts"]
-        lines.append(f"| {t['name']} | **{t['verdict'].upper()}** | {c['supported']} | {c['cpu_fallback']} | "
-                     f"{c['unsupported']} | {t['warnings']} | {t['shares']['macs']:.1%} |")
+        lines.append(f"| {t['name']} | **{t['verdict'].upper()}** | {c['supported']} | {c.get('uncertain', 0)} | "
+                     f"{c['cpu_fallback']} | {c['unsupported']} | {t['warnings']} | {t['shares']['macs']:.1%} |")
+    for t in targets:
+        if t.get("error"):
+            lines += ["", f"**{t['name']}: no verdict.** {_esc(t['error'])}"]
     for t in targets:
         blocking = t.get("first_blocking_op")
         if blocking:
             where = ", ".join(blocking.get("source_layers", [])) or "-"
             lines += ["", f"**{t['name']}: first blocking op #{blocking['index']} {blocking['type']}** (layers: "
-                      f"{_esc(where)}): {_esc('; '.join(blocking['reasons']))}. Every later op runs on the CPU."]
+                      f"{_esc(where)}): {_esc('; '.join(blocking['reasons']))}. Every op that depends on it runs on the CPU."]
         groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
         for op in t["ops"]:
             for v in op["violations"]:

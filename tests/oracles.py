@@ -19,7 +19,9 @@ import numpy as np
 
 
 def xnnpack_delegated(path: Path) -> list[tuple[int, str, bool]]:
-    """(op index, op type, delegated by XNNPACK) for every op of the main subgraph."""
+    """(op index, op type, delegated by XNNPACK) for every op of the main subgraph.
+
+    Raises RuntimeError when the interpreter cannot load the model with its default delegate."""
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_path=str(path))
@@ -28,8 +30,10 @@ def xnnpack_delegated(path: Path) -> list[tuple[int, str, bool]]:
     original = [d for d in details if d["op_name"] != "DELEGATE"]
     producer = {int(t): d["index"] for d in original for t in d["outputs"]}
     delegated: set[int] = set()
+    boundary_out: set[int] = set()
     for node in (d for d in details if d["op_name"] == "DELEGATE"):
         boundary = {int(t) for t in node["inputs"]}
+        boundary_out |= {int(t) for t in node["outputs"]}
         stack = [producer[int(t)] for t in node["outputs"] if int(t) in producer]
         while stack:
             index = stack.pop()
@@ -38,6 +42,19 @@ def xnnpack_delegated(path: Path) -> list[tuple[int, str, bool]]:
             delegated.add(index)
             stack += [producer[int(t)] for t in details[index]["inputs"]
                       if int(t) >= 0 and int(t) not in boundary and int(t) in producer]
+    # A tensor a delegated op writes that no DELEGATE node outputs never leaves the delegate: every op
+    # that reads it is inside too (ops without outputs, such as ASSIGN_VARIABLE, are found this way).
+    # Resource handles (VAR_HANDLE outputs) are shared by ops inside and outside a partition: not counted.
+    from edgeconv.converters.tflite_reader import TensorType, read_tflite
+
+    resources = {t.index for t in read_tflite(path).main.tensors if t.dtype is TensorType.RESOURCE}
+    grown = True
+    while grown:
+        internal = {int(t) for i in delegated for t in details[i]["outputs"]} - boundary_out - resources
+        more = {d["index"] for d in original if d["index"] not in delegated
+                and any(int(t) in internal for t in d["inputs"])}
+        grown = bool(more)
+        delegated |= more
     return [(d["index"], d["op_name"], d["index"] in delegated) for d in original]
 
 
@@ -84,3 +101,75 @@ def tflm_failed_op(log: str) -> str | None:
 def quantize(x: np.ndarray, scale: float, zero_point: int, dtype: type) -> np.ndarray:
     info = np.iinfo(dtype)
     return np.clip(np.round(x / scale + zero_point), info.min, info.max).astype(dtype)
+
+
+def compare_arm_neon(path: Path) -> dict[str, object]:
+    """edgeconv's arm-neon prediction next to what XNNPACK does, op by op (main subgraph).
+
+    A model the interpreter cannot load must have an unsupported op; otherwise an op is predicted
+    right when "supported" <=> delegated and nothing that runs is called unsupported."""
+    from edgeconv.converters.tflite_reader import read_tflite
+    from edgeconv.targets import load_target
+    from edgeconv.targets.checker import check_model
+    from edgeconv.targets.target import OpStatus
+
+    result = check_model(read_tflite(path), load_target("arm-neon"))
+    main = [r for r in result.ops if r.op.subgraph == 0]
+    unsupported = [r for r in main if r.status is OpStatus.UNSUPPORTED]
+    try:
+        actual = xnnpack_delegated(path)
+    except (RuntimeError, ValueError) as exc:
+        return {"loads": False, "error": str(exc).splitlines()[0][:200], "ops": len(main),
+                "false_supported": [] if unsupported else ["model does not load"],
+                "false_unsupported": [], "exact": bool(unsupported)}
+    delegated = {i: d for i, _, d in actual}
+    false_supported = [f"#{r.op.index} {r.op.label}" for r in main
+                       if r.status is OpStatus.SUPPORTED and not delegated.get(r.op.index, False)]
+    false_unsupported = [f"#{r.op.index} {r.op.label}" for r in unsupported]
+    missed = [f"#{r.op.index} {r.op.label}" for r in main
+              if r.status is not OpStatus.SUPPORTED and delegated.get(r.op.index, False)]
+    return {"loads": True, "ops": len(main), "false_supported": false_supported,
+            "false_unsupported": false_unsupported, "not_supported_but_delegated": missed,
+            "exact": not (false_supported or false_unsupported or missed)}
+
+
+def compare_tflm(path: Path) -> dict[str, object]:
+    """edgeconv's tflm-cmsis-nn prediction next to the tflite-micro interpreter: runs <=> nothing unsupported."""
+    from edgeconv.converters.tflite_reader import read_tflite
+    from edgeconv.targets import load_target
+    from edgeconv.targets.checker import check_model
+    from edgeconv.targets.target import OpStatus
+
+    runs, log = tflm_runs(path)
+    result = check_model(read_tflite(path), load_target("tflm-cmsis-nn"))
+    unsupported = sorted({r.op.label for r in result.ops if r.status is OpStatus.UNSUPPORTED})
+    named = None if runs else tflm_failed_op(log)
+    return {"runs": runs, "named": named, "predicted_unsupported": unsupported,
+            "false_supported": [] if runs or unsupported else [f"TFLM refuses ({named or _last_line(log)})"],
+            "false_unsupported": unsupported if runs else [],
+            "exact": runs == (not unsupported) and (runs or named is None or named in unsupported
+                                                    or any(u.split(":")[0] == named for u in unsupported))}
+
+
+def _last_line(log: str) -> str:
+    lines = [ln for ln in log.splitlines() if ln.strip()]
+    return lines[-1][:160] if lines else "no log"
+
+
+_DATA = Path(__file__).resolve().parent / "data"
+# The differential corpus: single-op models, probe models of the patterns real runtimes decided, the
+# small fixtures, third-party models from packages, and the Edge TPU oracles' input models.
+CORPUS = sorted(
+    [*(_DATA / "ops").glob("*.tflite"), *(_DATA / "probes").glob("*.tflite"), *_DATA.glob("*.tflite"),
+     *(_DATA / "thirdparty").glob("*.tflite"),
+     *(p for p in (_DATA / "oracles").rglob("*.tflite")
+       if not p.name.endswith("_edgetpu.tflite") and p.name != "model_invoking_error.tflite")],
+    key=lambda p: p.name)
+
+
+def known_differences() -> dict[tuple[str, str], list[str]]:
+    """(model file name, target) -> the ops edgeconv and the real tool disagree on, with a reason on file."""
+    import yaml
+
+    entries = yaml.safe_load((_DATA / "known_differences.yaml").read_text()) or []
+    return {(e["model"], e["target"]): sorted(e["ops"]) for e in entries}

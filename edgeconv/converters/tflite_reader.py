@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import hashlib
 import re
 import struct
@@ -174,6 +175,25 @@ class TFLiteModel:
     def ops(self) -> tuple[OpInfo, ...]:
         """Every op of every subgraph, main subgraph first."""
         return tuple(op for sg in self.subgraphs for op in sg.ops)
+
+    @functools.cached_property
+    def _producers(self) -> dict[tuple[int, int], OpInfo]:
+        return {(op.subgraph, t.index): op for op in self.ops for t in op.outputs}
+
+    def producer(self, tensor: TensorInfo, subgraph: int = 0) -> OpInfo | None:
+        """The op that writes ``tensor`` (None for inputs, constants and variables)."""
+        return self._producers.get((subgraph, tensor.index))
+
+    def static(self, tensor: TensorInfo | None, subgraph: int = 0, depth: int = 0) -> bool:
+        """Constant data, or what ops that only unpack constant data make of it (DEQUANTIZE of float16
+        weights, DENSIFY of sparse weights, in any order): runtimes fold both into static weights."""
+        if tensor is None:
+            return False
+        if tensor.constant:
+            return True
+        op = self.producer(tensor, subgraph)
+        return (depth < 4 and op is not None and op.type in ("DEQUANTIZE", "DENSIFY") and bool(op.inputs)
+                and self.static(op.inputs[0], subgraph, depth + 1))
 
     def io_tensors(self, subgraph: int = 0) -> set[int]:
         sg = self.subgraphs[subgraph]

@@ -1,12 +1,13 @@
 """Check every op of a .tflite against a target: all rules evaluated, nothing printed.
 
-Each op is first judged on its own rules. A target with prefix placement (the
-Edge TPU compiler) then applies its single-segment rule: ops it cannot map before
-the first one it can (typically the QUANTIZE of a float input) run on the CPU ahead
-of the segment; the segment starts at the first mappable op and ends at the first
-op after it that cannot be mapped, the first *blocking* op; every later op of that
-subgraph falls back to the CPU with the segment rule as its reason, even when it is
-supported.
+Each op is first judged on its own rules. A target with segment placement (the Edge TPU
+compiler) then applies its single-segment rule along the data dependencies: an op is mapped
+when it can be and none of the ops it depends on is a *blocking* op, an op that cannot be
+mapped but depends on the segment (the compiler cannot enter the segment twice). Ops that
+cannot be mapped and depend on nothing mapped (the QUANTIZE of a float input) run on the CPU
+ahead of the segment; ops that depend on a blocking op run on the CPU after it, even when they
+are supported. An op past a size limit whose exact value no source gives is ``uncertain``, and
+so is every supported op that depends on it: they map only if it does.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .target import Effect, OpStatus, Placement, Rule, Target
 class Verdict(enum.Enum):
     PASS = "pass"
     FAIL = "fail"
+    ERROR = "error"  # the target's own tool failed on the model: no verdict could be computed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +44,8 @@ class OpResult:
     status: OpStatus
     violations: tuple[Violation, ...]
     cost: OpCost
-    follows_blocking: bool = False  # on the CPU only because an earlier op ended the segment
+    follows_blocking: bool = False  # on the CPU only because it depends on a blocking op
+    blocked_by: int | None = None  # index of the blocking (or uncertain) op it depends on
 
     @property
     def warnings(self) -> tuple[Violation, ...]:
@@ -53,11 +56,15 @@ class OpResult:
 class TargetResult:
     target: Target
     ops: tuple[OpResult, ...]
-    first_blocking: OpResult | None = None  # prefix placement: the root cause of the CPU fallback
+    first_blocking: OpResult | None = None  # segment placement: the first root cause of the CPU fallback
+    blocking: tuple[OpResult, ...] = ()  # every blocking op (segment placement), in op order
+    error: str | None = None  # the target could not be checked (its compiler failed): the verdict is error
     estimates: Mapping[str, float] | None = None  # a compiler's own estimates (SRAM, flash, cycles)
 
     @property
     def verdict(self) -> Verdict:
+        if self.error is not None:
+            return Verdict.ERROR
         return Verdict.FAIL if any(r.status is OpStatus.UNSUPPORTED for r in self.ops) else Verdict.PASS
 
     def counts(self) -> dict[str, int]:
@@ -118,29 +125,60 @@ def check_model(model: TFLiteModel, target: Target) -> TargetResult:
 
         return place_with_vela(model, target)
     results = [check_op(op, model, target) for op in model.ops]
-    if target.placement is Placement.PREFIX and target.segment_rule is not None:
-        return _place_prefix(results, target, target.segment_rule)
+    if target.placement is Placement.SEGMENT and target.segment_rule is not None:
+        return _place_segment(results, target, target.segment_rule)
     return TargetResult(target, tuple(results))
 
 
-def _place_prefix(results: list[OpResult], target: Target, rule: Rule) -> TargetResult:
-    first: OpResult | None = None
-    started = False
-    placed = []
-    for r in results:
-        if r.op.subgraph != 0:
-            placed.append(r)
-            continue
-        if first is None:
-            if r.status is OpStatus.SUPPORTED:
-                started = True
-            elif started:
-                first = r
-            placed.append(r)
-            continue
-        blocker = f"#{first.op.index} {first.op.type}"
-        violation = _violation(target, r.op, rule, f"after the first blocking op {blocker}")
-        violations = (*r.violations, violation)
-        placed.append(dataclasses.replace(r, status=_status(list(violations)), violations=violations,
-                                          follows_blocking=r.status is OpStatus.SUPPORTED))
-    return TargetResult(target, tuple(placed), first)
+def _place_segment(results: list[OpResult], target: Target, rule: Rule) -> TargetResult:
+    """Apply the single segment along data dependencies (main subgraph; ops are in execution order)."""
+    producer: dict[int, int] = {}  # tensor index -> position of the op that writes it
+    state: list[str] = []  # mapped | maybe | pre | post
+    root: list[int | None] = []  # the blocking (post) or uncertain (maybe) op an op's state comes from
+    after: list[bool] = []  # depends on the segment
+    placed = list(results)
+    main = [k for k, r in enumerate(results) if r.op.subgraph == 0]
+    blocking: list[OpResult] = []
+    for pos, k in enumerate(main):
+        r = results[k]
+        parents = sorted({producer[t.index] for t in r.op.inputs if t is not None and t.index in producer})
+        for t in r.op.outputs:
+            producer[t.index] = pos
+        post = [p for p in parents if state[p] == "post"]
+        maybe = [p for p in parents if state[p] == "maybe"]
+        depends = any(state[p] in ("mapped", "maybe") or after[p] for p in parents)
+        after.append(depends)
+        if post:
+            state.append("post")
+            root.append(root[post[0]])
+            first = results[main[root[post[0]]]]  # type: ignore[index]
+            detail = f"depends on the output of blocking op #{first.op.index} {first.op.type}"
+            violations = (*r.violations, _violation(target, r.op, rule, detail))
+            placed[k] = dataclasses.replace(r, status=_status(list(violations)), violations=violations,
+                                            follows_blocking=r.status in (OpStatus.SUPPORTED, OpStatus.UNCERTAIN),
+                                            blocked_by=first.op.index)
+        elif r.status is OpStatus.SUPPORTED and maybe:
+            state.append("maybe")
+            root.append(root[maybe[0]])
+            doubt = results[main[root[maybe[0]]]]  # type: ignore[index]
+            detail = (f"depends on #{doubt.op.index} {doubt.op.type}, which may not be mapped: it is mapped only "
+                      "if that op is")
+            violations = (*r.violations, Violation(f"{target.name}.{r.op.type}.{rule.id}", rule.text, detail,
+                                                   rule.fix, Effect.UNCERTAIN, target.sources.get(rule.source,
+                                                                                                  rule.source)))
+            placed[k] = dataclasses.replace(r, status=OpStatus.UNCERTAIN, violations=violations,
+                                            blocked_by=doubt.op.index)
+        elif r.status is OpStatus.SUPPORTED:
+            state.append("mapped")
+            root.append(None)
+        elif r.status is OpStatus.UNCERTAIN:
+            state.append("maybe")
+            root.append(pos)
+        elif depends:
+            state.append("post")
+            root.append(pos)
+            blocking.append(r)
+        else:
+            state.append("pre")
+            root.append(None)
+    return TargetResult(target, tuple(placed), blocking[0] if blocking else None, tuple(blocking))

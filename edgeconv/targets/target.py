@@ -32,12 +32,15 @@ DTYPE_TOKENS = frozenset({t.value for t in TensorType} | {"any", "float32-io"})
 
 class OpStatus(enum.Enum):
     SUPPORTED = "supported"
+    # May run on the accelerator or fall back: a limit whose exact value no source gives (the report says
+    # which size made it doubtful). Never counted as supported.
+    UNCERTAIN = "uncertain"
     CPU_FALLBACK = "cpu_fallback"  # runs, but off the accelerator or off the optimized kernels
     UNSUPPORTED = "unsupported"  # will not run
 
     @property
     def rank(self) -> int:
-        return {"supported": 0, "cpu_fallback": 1, "unsupported": 2}[self.value]
+        return {"supported": 0, "uncertain": 1, "cpu_fallback": 2, "unsupported": 3}[self.value]
 
 
 class Effect(enum.Enum):
@@ -45,6 +48,7 @@ class Effect(enum.Enum):
 
     UNSUPPORTED = "unsupported"
     CPU_FALLBACK = "cpu_fallback"
+    UNCERTAIN = "uncertain"  # the op may fall back: past the largest size known to be accepted
     WARNING = "warning"  # reported; the op's status does not change (an unverified or size-dependent limit)
 
     @property
@@ -54,7 +58,9 @@ class Effect(enum.Enum):
 
 class Placement(enum.Enum):
     INDEPENDENT = "independent"  # each op placed on its own (XNNPACK partitions, kernels)
-    PREFIX = "prefix"  # one contiguous segment from the start (Edge TPU compiler)
+    # One segment (Edge TPU compiler): an op is mapped when it can be and nothing it depends on is a CPU op
+    # that itself depends on the segment. "prefix" is the older name of the same placement.
+    SEGMENT = "segment"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +130,7 @@ class Target:
     path: Path
     sources: Mapping[str, str]
     placement: Placement
-    segment_rule: Rule | None  # the rule ops after the first blocking op break (prefix placement)
+    segment_rule: Rule | None  # the rule ops that depend on a blocking op break (segment placement)
     all_ops: tuple[Rule, ...]
     ops: Mapping[str, OpEntry]
     unlisted: Rule
@@ -259,8 +265,9 @@ def _placement(node: yaml.Node | None, sources: Mapping[str, str], ctx: Ctx) -> 
     if node is None:
         return Placement.INDEPENDENT, None
     fields = _mapping(node, "placement", ctx, allowed=("kind", "source", "fix"))
-    kinds = [p.value for p in Placement]
+    kinds = [*(p.value for p in Placement), "prefix"]  # "prefix": the older name of "segment"
     kind = _scalar(fields.get("kind"), "placement.kind", ctx)
+    kind = Placement.SEGMENT.value if kind == "prefix" else kind  # the older name
     if kind not in kinds:
         ctx.error(fields.get("kind", node), "placement.kind", f"unknown placement {kind!r} (allowed: "
                   f"{allowed_list(kinds)}){did_you_mean(kind, kinds)}")
@@ -269,7 +276,7 @@ def _placement(node: yaml.Node | None, sources: Mapping[str, str], ctx: Ctx) -> 
         return Placement.INDEPENDENT, None
     rule = Rule("single_segment", "single_segment", {}, _source(fields.get("source"), "placement.source", sources, ctx),
                 _scalar(fields["fix"], "placement.fix", ctx) if "fix" in fields else "", Effect.CPU_FALLBACK)
-    return Placement.PREFIX, rule
+    return Placement.SEGMENT, rule
 
 
 def _mapping(node: yaml.Node | None, key: str, ctx: Ctx, allowed: tuple[str, ...] | None = None,

@@ -14,11 +14,12 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..converters.tflite_reader import TFLiteModel, read_tflite
-from ..errors import EdgeconvError, InternalError
+from ..converters.tflite_reader import OpInfo, TFLiteModel, read_tflite
+from ..errors import EdgeconvError
 
 if TYPE_CHECKING:
     from .checker import OpResult, TargetResult
@@ -73,6 +74,21 @@ def _estimates(out_dir: Path) -> dict[str, float]:
     return {key: float(row[column]) for column, key in _ESTIMATES.items() if row.get(column) not in (None, "")}
 
 
+def _key(op: OpInfo) -> tuple[str, ...]:
+    """An op as Vela's rewritten model shows it: its type and the names of the tensors it writes, or for
+    an op that writes none (ASSIGN_VARIABLE, CALL_ONCE), of those it reads. Vela renumbers ops."""
+    names = [t.name for t in op.outputs] or ["<in>", *(t.name for t in op.inputs if t is not None)]
+    return (op.label, *names)
+
+
+def _vela_message(log: str) -> str:
+    """The line of Vela's output that says why it failed (an error line, else the last line)."""
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.lower().startswith(("error", "vela error")) or "Error:" in ln]
+    text = (errors or lines or ["no output"])[-1]
+    return text[:300]
+
+
 def place_with_vela(model: TFLiteModel, target: Target) -> TargetResult:
     from .checker import OpResult, TargetResult, Violation
     from .cost import op_cost
@@ -94,16 +110,18 @@ def place_with_vela(model: TFLiteModel, target: Target) -> TargetResult:
         log = proc.stdout + proc.stderr
         compiled = work / "out" / "model_vela.tflite"
         if proc.returncode != 0 or not compiled.exists():
-            raise InternalError("vela", f"Vela failed on the model (exit code {proc.returncode})",
-                                log="\n".join(log.splitlines()[-40:]))
-        on_cpu = {op.name for op in read_tflite(compiled).ops if op.custom_code != "ethos-u"}
+            # Vela's own failure on this model: the target has no verdict, the other targets still do.
+            return TargetResult(target, (), error=f"Vela failed on the model (exit code {proc.returncode}): "
+                                f"{_vela_message(log)}")
+        on_cpu = Counter(_key(op) for op in read_tflite(compiled).ops if op.custom_code != "ethos-u")
         estimates = _estimates(work / "out")
     reasons = _reasons(log)
     rule = compiler.rule
     results: list[OpResult] = []
     for op in model.ops:
         violations: tuple[Violation, ...] = ()
-        if op.name in on_cpu:
+        if on_cpu[_key(op)] > 0:
+            on_cpu[_key(op)] -= 1
             detail = "; ".join(reasons.get(op.name, [])) or "left on the CPU by Vela"
             violations = (Violation(f"{target.name}.{op.type}.{rule.id}", rule.text, detail, rule.fix, rule.effect,
                                     target.sources.get(rule.source, rule.source)),)

@@ -76,8 +76,8 @@ def test_markdown_names_the_first_blocking_op() -> None:
     result = run_edgeconv("check", ORACLES / "deeplabv3_mnv2_dm05_pascal_quant.tflite", "--target", "edgetpu",
                           "--format", "md")
     assert result.returncode == 0
-    assert ("**edgetpu: first blocking op #64 RESIZE_BILINEAR** (layers: -): align_corners is True. Every later op "
-            "runs on the CPU.") in result.stdout
+    assert ("**edgetpu: first blocking op #64 RESIZE_BILINEAR** (layers: -): align_corners=True resizing 1x1 to "
+            "33x33. Every op that depends on it runs on the CPU.") in result.stdout
 
 
 def test_supported_ops_doc_is_generated_from_the_targets() -> None:

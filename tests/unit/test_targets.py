@@ -85,6 +85,20 @@ def _violate(op_type: str, rule: Rule) -> tuple[OpInfo, TFLiteModel, str]:
             "output 'out' has scale 0.25 and zero point 3"
     if check == "shape_static":
         return *b.op(op_type, [x(signature=(-1, 4), name="dyn")], [y()]), "dynamic shape: 'dyn' [-1, 4]"
+    if check == "shape_static_except_batch":
+        return *b.op(op_type, [x(signature=(-1, 4, -1), shape=(1, 4, 5), name="dyn")], [y()]), \
+            "dynamic dimension other than the batch: 'dyn' [-1, 4, -1]"
+    if check == "custom_op_known":
+        return *b.op("CUSTOM", [x("float32")], [y("float32")], custom_code="FlexErf"), "Flex op 'FlexErf'"
+    if check == "output_elements_known":
+        n = p["maximum"] + 1
+        return *b.op(op_type, [x(shape=(1, n))], [y(shape=(1, n), name="big")]), f"= {n:,} elements"
+    if check == "align_corners_identity":
+        return *b.op(op_type, [x(shape=(1, 2, 3, 4)), x("int32", (2,), value=[4, 6])], [y(shape=(1, 4, 6, 4))],
+                     align_corners=True), "align_corners=True resizing 2x3 to 4x6"
+    if check == "same_quantization":
+        dt = p["dtypes"][0]
+        return *b.op(op_type, [x(dt, name="a")], [y(dt, scale=0.5, name="b")]), "'b' scale 0.5"
     if check == "activation_per_tensor":
         return *b.op(op_type, [x(scale=(0.1, 0.2), name="act")], [y()]), "'act' has 2 scales"
     if check == "op_builtin":
@@ -295,12 +309,12 @@ def _target_file(tmp_path: Path, body: str) -> Path:
     ("ops:\n  ADD: {source: DOC, rules: [{check: output_quantization, scale: big, zero_point: 0}]}\n",
      "mine.yaml:7: ops.ADD.rules[0].scale: expected a number, got 'big'"),
     ("ops:\n  ADD: {source: DOC, rules: [{check: shape_static, effect: maybe}]}\n",
-     "mine.yaml:7: ops.ADD.rules[0].effect: unknown effect 'maybe' (allowed: cpu_fallback, unsupported, warning)"),
+     "mine.yaml:7: ops.ADD.rules[0].effect: unknown effect 'maybe' (allowed: cpu_fallback, uncertain, unsupported, warning)"),
     ("ops:\n  ADD: {source: DOC, rules: [{check: shape_static, status: cpu_fallback}]}\n",
      "mine.yaml:7: ops.ADD.rules[0]: unknown key 'status' for constraint 'shape_static' (allowed: check, effect, fix, "
      "id, source)"),
     ("placement: {kind: prefx, source: DOC}\nops: {}\n",
-     "mine.yaml:6: placement.kind: unknown placement 'prefx' (allowed: independent, prefix); did you mean 'prefix'?"),
+     "mine.yaml:6: placement.kind: unknown placement 'prefx' (allowed: independent, prefix, segment); did you mean 'prefix'?"),
     ("opps: {}\n", "mine.yaml:6: top level: unknown key 'opps' (allowed: all_ops, compiler, default_effect, "
                    "description, fixes, name, notes, ops, placement, quantization, schema_version, sources, title, "
                    "unlisted); did you mean 'ops'?"),

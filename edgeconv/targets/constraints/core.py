@@ -21,7 +21,19 @@ def op_builtin(op: OpInfo, model: TFLiteModel) -> Check:
     if op.custom_code.startswith("Flex"):
         return False, (f"Flex op '{op.custom_code}': runs the TensorFlow op {op.custom_code[4:]} through "
                        "the Select-TF-ops runtime, which edge runtimes do not ship")
-    return False, f"custom op '{op.custom_code}'"
+    floats = [t.name for t in op.outputs if t.is_float]
+    island = (f"; it writes float output(s) ({', '.join(repr(n) for n in floats[:3])}): a float island in "
+              "an integer model") if floats else ""
+    return False, f"custom op '{op.custom_code}'{island}"
+
+
+@constraint
+def custom_op_known(op: OpInfo, model: TFLiteModel, *, known: list[str]) -> Check:
+    """The op is a TFLite builtin or a custom op the runtime ships a kernel for ({known}); other custom
+    ops and Flex (TensorFlow) ops need kernels the device does not have."""
+    if op.custom_code is None or op.custom_code in known:
+        return OK
+    return op_builtin(op, model)
 
 
 @constraint
@@ -81,6 +93,15 @@ def shape_static(op: OpInfo, model: TFLiteModel) -> Check:
     """Every input and output tensor has a static shape (no -1 in its shape signature)."""
     dynamic = [f"'{t.name}' {list(t.shape_signature)}" for t in _tensors(op) if t.dynamic]
     return (not dynamic), ("dynamic shape: " + ", ".join(dynamic)) if dynamic else ""
+
+
+@constraint
+def shape_static_except_batch(op: OpInfo, model: TFLiteModel) -> Check:
+    """Every input and output tensor has a static shape; a -1 in the batch dimension only (the first of the
+    shape signature) is compiled at the stored batch size."""
+    dynamic = [f"'{t.name}' {list(t.shape_signature)}" for t in _tensors(op)
+               if any(d < 0 for d in t.shape_signature[1:])]
+    return (not dynamic), ("dynamic dimension other than the batch: " + ", ".join(dynamic)) if dynamic else ""
 
 
 @constraint

@@ -29,6 +29,16 @@ def tensor_outer_dims_one(op: OpInfo, model: TFLiteModel, *, inner: int) -> Chec
 
 
 @constraint
+def output_elements_known(op: OpInfo, model: TFLiteModel, *, maximum: int) -> Check:
+    """The output has at most {maximum} elements, the largest size this op was seen mapped at; past it the
+    op may not be mapped (the limit is not documented)."""
+    out = op.outputs[0] if op.outputs else None
+    if out is None or out.elements <= maximum:
+        return OK
+    return False, f"output '{out.name}' is {_dims(out)} = {out.elements:,} elements"
+
+
+@constraint
 def input_rank(op: OpInfo, model: TFLiteModel, *, ranks: list[int]) -> Check:
     """The first input has rank {ranks}."""
     t = op.inputs[0] if op.inputs else None
@@ -135,9 +145,13 @@ def constant_inputs_zero_pad(op: OpInfo, model: TFLiteModel) -> Check:
 
 @constraint
 def operands_constant(op: OpInfo, model: TFLiteModel, *, inputs: list[int]) -> Check:
-    """Inputs {inputs} (weights, biases, shapes, axes, paddings) are constant."""
-    bad = [f"input {i} '{op.inputs[i].name}'" for i in inputs  # type: ignore[union-attr]
-           if i < len(op.inputs) and op.inputs[i] is not None and not op.inputs[i].constant]  # type: ignore[union-attr]
+    """Inputs {inputs} (weights, biases, shapes, axes, paddings) are constant (or unpacked from constants by
+    DEQUANTIZE of float16 data or DENSIFY of sparse data, which the runtime folds)."""
+    bad = []
+    for i in inputs:
+        t = op.inputs[i] if i < len(op.inputs) else None
+        if t is not None and not model.static(t, op.subgraph):
+            bad.append(f"input {i} '{t.name}'")
     return (not bad), ("not constant: " + ", ".join(bad)) if bad else ""
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...converters.tflite_reader import OpInfo, TFLiteModel
+from ...converters.tflite_reader import OpInfo, TensorInfo, TFLiteModel
 from .registry import OK, Check, constraint
 
 
@@ -33,9 +33,30 @@ def option_min(op: OpInfo, model: TFLiteModel, *, option: str, minimum: int) -> 
 
 @constraint
 def dilation_equal(op: OpInfo, model: TFLiteModel) -> Check:
-    """The dilation is the same in x and y."""
+    """The dilation is the same in x and y (a dilation along a kernel axis of size 1 has no effect and does
+    not count)."""
     w, h = op.options.get("dilation_w_factor", 1), op.options.get("dilation_h_factor", 1)
+    weights = op.inputs[1] if len(op.inputs) > 1 else None
+    if weights is not None and len(weights.shape) == 4:  # [out, h, w, in] (depthwise: [1, h, w, channels])
+        if weights.shape[2] == 1 or weights.shape[1] == 1:
+            return OK
     return (w == h), f"dilation {h}x{w} (h x w)"
+
+
+@constraint
+def align_corners_identity(op: OpInfo, model: TFLiteModel) -> Check:
+    """align_corners is false, or the output has the input's height and width (a resize to the same size)."""
+    if not op.options.get("align_corners"):
+        return OK
+    x = op.inputs[0] if op.inputs else None
+    y = op.outputs[0] if op.outputs else None
+    if x is not None and y is not None and len(x.shape) == 4 and len(y.shape) == 4 and x.shape[1:3] == y.shape[1:3]:
+        return OK
+    return False, f"align_corners=True resizing {_hw(x)} to {_hw(y)}"
+
+
+def _hw(t: TensorInfo | None) -> str:
+    return "x".join(str(d) for d in t.shape[1:3]) if t is not None and len(t.shape) == 4 else "?"
 
 
 @constraint

@@ -97,3 +97,24 @@ def softmax_input_scale(op: OpInfo, model: TFLiteModel, *, integer_bits: int) ->
         return OK
     multiplier = float(op.options.get("beta", 1.0)) * scale * 2.0 ** (31 - integer_bits)
     return multiplier > 1.0, f"input scale {scale:.4g} gives a multiplier of {multiplier:.4g}"
+
+
+@constraint
+def same_quantization(op: OpInfo, model: TFLiteModel, *, dtypes: DtypeSpecs) -> Check:
+    """For {dtypes} data, every quantized input and output has the same scale and zero point."""
+    data = [t for t in (*op.inputs, *op.outputs) if t is not None and t.dtype.value in dtypes
+            and t.quantization is not None and t.quantization.scale and not t.quantization.per_axis]
+    if len(data) < 2:
+        return OK
+    first = data[0].quantization
+    assert first is not None
+    differ = [t for t in data[1:] if t.quantization is not None and (
+        abs(t.quantization.scale[0] - first.scale[0]) > 1e-6 * first.scale[0]
+        or (t.quantization.zero_point or (0,))[0] != (first.zero_point or (0,))[0])]
+    if not differ:
+        return OK
+    t = differ[0]
+    assert t.quantization is not None
+    return False, (f"'{data[0].name}' has scale {first.scale[0]:.6g} and zero point {(first.zero_point or (0,))[0]}, "
+                   f"'{t.name}' scale {t.quantization.scale[0]:.6g} and zero point "
+                   f"{(t.quantization.zero_point or (0,))[0]}")
