@@ -69,19 +69,23 @@ def junit_xml(outcomes: Sequence[Outcome]) -> str:
             err.text = o.error or ""
             cases, errs = 1, 1
         else:
+            reasons = list(o.report["gate"]["reasons"])
             for t in o.report["targets"]:
                 case = ET.SubElement(suite, "testcase", name=f"target {t['name']}", classname=f"edgeconv.{o.name}",
                                      time="0")
                 cases += 1
-                if t["verdict"] != "pass":
+                # Every gate reason about this target fails its test case, not only an unsupported op
+                # (a passing target can still fail gates.max_cpu_fallback_ops or min_supported_mac_share).
+                own = [r for r in reasons if r.startswith(f"target {t['name']}:")]
+                if t["verdict"] != "pass" or own:
                     c = t["counts"]
-                    failure = ET.SubElement(case, "failure", type="target",
-                                            message=f"{t['name']}: {c['unsupported']} unsupported, "
-                                                    f"{c['cpu_fallback']} cpu_fallback op(s)")
-                    failure.text = "\n".join(_op_lines(t))
+                    message = own[0] if own else (f"{t['name']}: {c['unsupported']} unsupported, "
+                                                  f"{c['cpu_fallback']} cpu_fallback op(s)")
+                    failure = ET.SubElement(case, "failure", type="target", message=message)
+                    failure.text = "\n".join([*own, *_op_lines(t)])
                     fails += 1
-            target_reasons = [r for r in o.report["gate"]["reasons"] if r.startswith("target ")]
-            other = [r for r in o.report["gate"]["reasons"] if r not in target_reasons]
+            target_names = tuple(f"target {t['name']}:" for t in o.report["targets"])
+            other = [r for r in reasons if not r.startswith(target_names)]
             case = ET.SubElement(suite, "testcase", name="gates", classname=f"edgeconv.{o.name}",
                                  time=f"{o.seconds:.3f}")
             cases += 1
