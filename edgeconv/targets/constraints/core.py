@@ -129,10 +129,10 @@ def output_quantization(op: OpInfo, model: TFLiteModel, *, scale: float, zero_po
 
 @constraint
 def single_segment(op: OpInfo, model: TFLiteModel) -> Check:
-    """The op is inside the one contiguous segment the compiler maps: the segment starts at the first op
-    it can map and ends at the first op after that it cannot; that op and every op after it run on the
-    CPU, even ops it supports."""
-    # The checker applies this rule by position (see checker.place_prefix); on its own it holds.
+    """The op does not depend on a blocking op: the compiler maps one segment, so an op it cannot map that
+    reads the segment's output blocks, and every op that depends on it runs on the CPU, even ops it
+    supports (ops that read only mapped tensors stay mapped)."""
+    # The checker applies this rule along the data dependencies (see checker._place_segment).
     return OK
 
 
