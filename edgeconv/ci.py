@@ -1,9 +1,11 @@
 """What CI systems read: JUnit XML, a Markdown summary (GitHub's step summary, a PR comment) and
 GitHub workflow annotations, made from the outcome of one or more pipeline builds.
 
-JUnit: one test suite per pipeline; one test case per target (a failure carries each op that is
-not supported: index, type, effect, rule id, detail and source layers) and one per gate (the
-other reasons a build fails); a pipeline that could not be built is one test case with an error.
+Everything here renders the build's verdict (``report["gate"]``, :mod:`edgeconv.verdict`) and decides
+nothing. JUnit: one test suite per pipeline; one test case per check of the verdict (a target's
+failure carries each op that is not supported: index, type, effect, rule id, detail and source
+layers; a default gate the pipeline turned off is skipped, saying so); a pipeline that could not be
+built is one test case with an error.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def junit_xml(outcomes: Sequence[Outcome]) -> str:
     for o in outcomes:
         suite = ET.SubElement(suites, "testsuite", name=rel(o.pipeline), file=rel(o.pipeline))
         cases = 0
-        fails = errs = 0
+        fails = errs = skipped = 0
         if o.report is None:
             case = ET.SubElement(suite, "testcase", name="build", classname=f"edgeconv.{o.name}",
                                  time=f"{o.seconds:.3f}")
@@ -69,34 +71,26 @@ def junit_xml(outcomes: Sequence[Outcome]) -> str:
             err.text = o.error or ""
             cases, errs = 1, 1
         else:
-            reasons = list(o.report["gate"]["reasons"])
-            for t in o.report["targets"]:
-                case = ET.SubElement(suite, "testcase", name=f"target {t['name']}", classname=f"edgeconv.{o.name}",
-                                     time="0")
+            checks = o.report["gate"].get("checks", [])
+            targets = {t["name"]: t for t in o.report["targets"]}
+            for c in checks:
+                if c["outcome"] == "warn":
+                    continue  # a warning is not a test; it is in the report and the annotations
+                name = f"target {c['target']}" if c["kind"] == "target" else c["id"]
+                case = ET.SubElement(suite, "testcase", name=name, classname=f"edgeconv.{o.name}", time="0")
                 cases += 1
-                # Every gate reason about this target fails its test case, not only an unsupported op
-                # (a passing target can still fail gates.max_cpu_fallback_ops or min_supported_mac_share).
-                own = [r for r in reasons if r.startswith(f"target {t['name']}:")]
-                if t["verdict"] != "pass" or own:
-                    c = t["counts"]
-                    message = own[0] if own else (f"{t['name']}: {c['unsupported']} unsupported, "
-                                                  f"{c['cpu_fallback']} cpu_fallback op(s)")
-                    failure = ET.SubElement(case, "failure", type="target", message=message)
-                    failure.text = "\n".join([*own, *_op_lines(t)])
+                if c["outcome"] == "off":
+                    ET.SubElement(case, "skipped", message=c["sentence"])
+                    skipped += 1
+                elif c["outcome"] in ("fail", "error"):
+                    failure = ET.SubElement(case, "failure", type=c["kind"], message=c["sentence"])
+                    detail = _op_lines(targets[c["target"]]) if c["kind"] == "target" and c["target"] in targets else []
+                    failure.text = "\n".join([c["sentence"], *detail])
                     fails += 1
-            target_names = tuple(f"target {t['name']}:" for t in o.report["targets"])
-            other = [r for r in reasons if not r.startswith(target_names)]
-            case = ET.SubElement(suite, "testcase", name="gates", classname=f"edgeconv.{o.name}",
-                                 time=f"{o.seconds:.3f}")
-            cases += 1
-            if other:
-                failure = ET.SubElement(case, "failure", type="gate", message=other[0])
-                failure.text = "\n".join(other)
-                fails += 1
         suite.set("tests", str(cases))
         suite.set("failures", str(fails))
         suite.set("errors", str(errs))
-        suite.set("skipped", "0")
+        suite.set("skipped", str(skipped))
         suite.set("time", f"{o.seconds:.3f}")
         total, failed, errors = total + cases, failed + fails, errors + errs
     suites.set("tests", str(total))
@@ -134,6 +128,10 @@ def summary_markdown(outcomes: Sequence[Outcome]) -> str:
         lines += ["", "### Why", ""]
         lines += [f"- `{rel(o.pipeline)}` ({o.name}): {reason}" for o, reason in problems]
         lines += [f"- `{rel(o.pipeline)}`: {line}" for o in errors for line in (o.error or "").splitlines()]
+    disabled = [(o, note) for o in outcomes for note in (o.report["gate"].get("disabled", []) if o.report else [])]
+    if disabled:
+        lines += ["", "### Default gates loosened by the pipeline", ""]
+        lines += [f"- `{rel(o.pipeline)}` ({o.name}): {note}" for o, note in disabled]
     return "\n".join(lines) + "\n"
 
 
@@ -151,13 +149,11 @@ def workflow_commands(outcomes: Sequence[Outcome]) -> list[str]:
                     out.append(f"::error file={_escape_property(rel(o.pipeline))},title=edgeconv build::"
                                f"{_escape(line)}")
             continue
-        for reason in o.report["gate"]["reasons"]:
-            out.append(f"::error file={_escape_property(rel(o.pipeline))},title=edgeconv gate ({o.name})::"
-                       f"{_escape(reason)}")
-        quant = o.report.get("quantization") or {}
-        for w in (quant.get("calibration") or {}).get("warnings", []):
-            out.append(f"::warning file={_escape_property(rel(o.pipeline))},title=edgeconv calibration ({o.name})::"
-                       f"{_escape(w['message'])}")
+        level = {"fail": "error", "error": "error", "warn": "warning", "off": "notice"}
+        for c in o.report["gate"].get("checks", []):
+            if c["outcome"] in level:
+                out.append(f"::{level[c['outcome']]} file={_escape_property(rel(o.pipeline))},title=edgeconv "
+                           f"{c['kind']} ({o.name})::{_escape(c['sentence'])}")
     return out
 
 

@@ -310,22 +310,13 @@ def _build_one(path: Path, args: argparse.Namespace, *, verbose: bool, single: b
 
 
 def _print_build(result: Any, cache: Any) -> None:
+    from .report import console_lines
+
     if result.cached and cache is not None:
         print(f"cache: unchanged since the cached build; artifacts and report from {rel(cache.root)}")
-    for t in result.report["targets"]:
-        c = t["counts"]
-        print(f"{t['name']}: {t['verdict'].upper()} ({c['supported']} supported, {c['cpu_fallback']} cpu_fallback, "
-              f"{c['unsupported']} unsupported)")
-    quant = result.report["quantization"]
-    warnings = quant["calibration"]["warnings"] if quant is not None and quant["calibration"] is not None else []
-    if warnings:
-        print(f"calibration: {len(warnings)} warning(s); the report lists them (gates.fail_on_calibration_warnings "
-              "makes them fail the build)")
-    gate = result.report["gate"]
-    for reason in gate["reasons"]:
-        print(f"  - {reason}")
-    print(f"gate: {gate['verdict'].upper()}; model {rel(result.tflite_path)}, report "
-          f"{rel(result.output_dir / 'report.md')}")
+    for line in console_lines(result.report):
+        print(line)
+    print(f"model {rel(result.tflite_path)}, report {rel(result.output_dir / 'report.md')}")
 
 
 def _ci_outputs(outcomes: list[Any], args: argparse.Namespace) -> None:
@@ -345,6 +336,7 @@ def _ci_outputs(outcomes: list[Any], args: argparse.Namespace) -> None:
         args.results_json.parent.mkdir(parents=True, exist_ok=True)
         args.results_json.write_text(json.dumps([
             {"pipeline": str(o.pipeline), "exit_code": o.code, "verdict": EXIT_WORDS.get(o.code, "crash"),
+             "reasons": o.report["gate"]["reasons"] if o.report else [],
              "name": o.name, "output_dir": str(o.report_dir) if o.report_dir else None,
              "report": str(o.report_dir / "report.json") if o.report_dir else None, "cached": o.cached,
              "error": o.error} for o in outcomes], indent=2) + "\n")

@@ -28,6 +28,7 @@ from .passes import PASSES, GraphPass
 from .targets import builtin_target_names, is_target_file, load_target
 from .targets.vela import INSTALL_HINT as VELA_HINT
 from .targets.vela import vela_available
+from .verdict import DEFAULT_GATES, DEFAULTS, Limits
 
 SCHEMA_VERSION = 1
 
@@ -203,17 +204,18 @@ class GatesConfig:
     fail_on_warnings: bool = setting("Fail when a target reports a warning (an unverified or size-dependent "
                                      "limit).", default=False)
     fail_on_calibration_warnings: bool = setting(
-        "Fail when the calibration data looks wrong (range mismatch with the evaluation data or the declared "
-        "range, noise instead of real samples, too few or constant samples, input quantization off).",
+        "Fail also on the mild calibration findings (too few samples, a range that covers 25-50 % of the one in "
+        "use). The severe ones (a range 4x off, synthetic noise, constant inputs) fail by default.",
         default=False)
     max_accuracy_drop: float | None = setting(
-        "Largest drop in task accuracy (0..1) from the source model to the built one (evaluation labels).",
+        "Largest drop in task accuracy (0..1) from the source model to the built one (evaluation labels); "
+        "default 0.03 when the evaluation data has labels.",
         default=None, minimum=0.0, maximum=1.0)
     min_top1_agreement: float | None = setting(
-        "Least share (0..1) of evaluation samples where the built model's top-1 class matches the source model's.",
-        default=None, minimum=0.0, maximum=1.0)
+        "Least share (0..1) of samples where the built model's top-1 class matches the source model's "
+        "(classifier outputs); default 0.90.", default=None, minimum=0.0, maximum=1.0)
     min_sqnr_db: float | None = setting("Least signal-to-quantization-noise ratio (dB) of every output against "
-                                        "the source model.", default=None)
+                                        "the source model; default 20.", default=None)
     min_cosine: float | None = setting("Least cosine similarity of every output against the source model.",
                                        default=None, minimum=-1.0, maximum=1.0)
     max_arena_bytes: int | None = setting("Largest estimated TFLite Micro tensor arena, in bytes.", default=None,
@@ -231,6 +233,9 @@ class GatesConfig:
     no_new_fallback: tuple[str, ...] = setting(
         "With a baseline: targets on which no op type may newly fall back to the CPU or become unsupported "
         "(e.g. [edgetpu]).", factory=tuple)
+    disable: tuple[str, ...] = setting(
+        "Default gates to turn off: accuracy, agreement, calibration, accelerator. The report and the console "
+        "say so.", factory=tuple)
 
     @property
     def regression(self) -> RegressionGates:
@@ -475,7 +480,62 @@ def load_pipeline(path: str | Path) -> PipelineConfig:
     if ctx.problems:
         raise ConfigError(ctx.problems)
     object.__setattr__(config, "source", path.resolve())
+    object.__setattr__(config, "gate_lines", _gate_lines(node))
     return config  # type: ignore[no-any-return]
+
+
+def _gate_lines(root: yaml.Node) -> dict[str, int]:
+    """Line of every key under gates (and of verify.parity): where a pipeline loosened a default gate."""
+    lines: dict[str, int] = {}
+    gates = _node_at(root, "gates")
+    if isinstance(gates, yaml.MappingNode) and gates is not root:
+        lines.update({str(k.value): _yaml.line_of(k) for k, _ in gates.value})
+    verify = _node_at(root, "verify")
+    if isinstance(verify, yaml.MappingNode) and verify is not root:
+        lines.update({f"verify.{k.value}": _yaml.line_of(k) for k, _ in verify.value})
+    return lines
+
+
+def gate_limits(config: PipelineConfig) -> Limits:
+    """The thresholds in force: the pipeline's, else the strict defaults, minus the default gates it turned
+    off; a note for every default it loosened or turned off, with its line."""
+    g = config.gates
+    lines: dict[str, int] = getattr(config, "gate_lines", {})
+
+    def where(key: str) -> str:
+        return f"{rel(config.source)} line {lines[key]}" if key in lines else rel(config.source)
+
+    notes: list[str] = []
+    off = set(g.disable)
+    notes += [f"default gate '{name}' disabled in {where('disable')} (gates.disable)" for name in g.disable]
+    if not config.verify.parity and config.model.resolved_format() is not ModelFormat.TFLITE:
+        notes.append(f"the agreement and accuracy gates are not checked: verify.parity is false in "
+                     f"{where('verify.parity')}")
+
+    def pick(key: str, gate: str, looser: Any) -> Any:
+        value = getattr(g, key)
+        if value is None:
+            return None if gate in off else DEFAULTS[key]
+        if looser(value, DEFAULTS[key]):
+            notes.append(f"gates.{key} = {value:g} is looser than the default {DEFAULTS[key]:g} ({where(key)})")
+        return value
+
+    accelerators = {t.name for t in (load_target(name) for name in config.targets) if t.accelerator}
+    for name, share in g.min_supported_mac_share.items():
+        if name in accelerators and share < DEFAULTS["min_accelerator_mac_share"]:
+            notes.append(f"gates.min_supported_mac_share.{name} = {share:g} is looser than the default "
+                         f"{DEFAULTS['min_accelerator_mac_share']:g} for an accelerator ({where('min_supported_mac_share')})")
+    return Limits(
+        max_accuracy_drop=pick("max_accuracy_drop", "accuracy", lambda v, d: v > d),
+        min_top1_agreement=pick("min_top1_agreement", "agreement", lambda v, d: v < d),
+        min_sqnr_db=pick("min_sqnr_db", "agreement", lambda v, d: v < d),
+        min_cosine=g.min_cosine,
+        calibration_findings_fail="calibration" not in off,
+        calibration_warnings_fail=g.fail_on_calibration_warnings,
+        min_accelerator_mac_share=None if "accelerator" in off else DEFAULTS["min_accelerator_mac_share"],
+        max_cpu_fallback_ops=dict(g.max_cpu_fallback_ops), min_supported_mac_share=dict(g.min_supported_mac_share),
+        fail_on_warnings=g.fail_on_warnings, max_arena_bytes=g.max_arena_bytes, max_flash_bytes=g.max_flash_bytes,
+        notes=tuple(notes))
 
 
 def _node_at(node: yaml.Node, *keys: str) -> yaml.Node:
@@ -778,6 +838,10 @@ def _check_onnx(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
 
 def _check_gates(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
     target_names = [load_target(t).name for t in config.targets]
+    for i, name in enumerate(config.gates.disable):
+        if name not in DEFAULT_GATES:
+            ctx.error(_node_at(root, "gates", "disable"), f"gates.disable[{i}]", f"unknown default gate {name!r} "
+                      f"(allowed: {allowed_list(DEFAULT_GATES)}){did_you_mean(name, DEFAULT_GATES)}")
     for i, name in enumerate(config.gates.no_new_fallback):
         if name not in target_names:
             ctx.error(_node_at(root, "gates", "no_new_fallback"), f"gates.no_new_fallback[{i}]",

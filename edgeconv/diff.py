@@ -64,6 +64,15 @@ def _delta(old: float | None, new: float | None) -> dict[str, float | None]:
     return {"old": old, "new": new, "delta": None if old is None or new is None else new - old}
 
 
+def _gate_delta(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The two verdicts, and which of their checks newly fail or no longer fail (by check id)."""
+    def failing(gate: Mapping[str, Any]) -> set[str]:
+        return {c["id"] for c in gate.get("checks", []) if c["outcome"] in ("fail", "error")}
+
+    return {"old": old.get("verdict", "-"), "new": new.get("verdict", "-"),
+            "newly_failed": sorted(failing(new) - failing(old)), "fixed": sorted(failing(old) - failing(new))}
+
+
 def diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     """The changes from ``old`` to ``new`` (two report dicts)."""
     before, after = Counter(old["tflite"]["op_types"]), Counter(new["tflite"]["op_types"])
@@ -74,7 +83,7 @@ def diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
         "ops": {"added": dict(sorted((after - before).items())), "removed": dict(sorted((before - after).items()))},
         "size": _delta(old["tflite"]["bytes"], new["tflite"]["bytes"]),
         "arena": _delta((old.get("memory") or {}).get("arena_bytes"), (new.get("memory") or {}).get("arena_bytes")),
-        "gate": {"old": old["gate"]["verdict"], "new": new["gate"]["verdict"]},
+        "gate": _gate_delta(old.get("gate") or {}, new.get("gate") or {}),
         "targets": [],
         "accuracy": None,
         "parity": {},
@@ -142,6 +151,10 @@ def diff_markdown(d: Mapping[str, Any], reasons: list[str] | None = None) -> lis
     lines = [f"Model: {'unchanged' if d['same_model'] else 'changed'} (`{d['old']['sha256'][:12]}` -> "
              f"`{d['new']['sha256'][:12]}`); size {size['old']:,} -> {size['new']:,} bytes "
              f"({size['delta']:+,}); gate {d['gate']['old'].upper()} -> {d['gate']['new'].upper()}.", ""]
+    if d["gate"].get("newly_failed"):
+        lines.append(f"- checks that newly fail: {', '.join(f'`{c}`' for c in d['gate']['newly_failed'])}")
+    if d["gate"].get("fixed"):
+        lines.append(f"- checks that no longer fail: {', '.join(f'`{c}`' for c in d['gate']['fixed'])}")
     if d["ops"]["added"] or d["ops"]["removed"]:
         lines += [f"- ops added: {_counts(d['ops']['added'])}", f"- ops removed: {_counts(d['ops']['removed'])}"]
     if d["arena"]["delta"] is not None:

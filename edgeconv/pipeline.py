@@ -24,7 +24,8 @@ from .calibration import SOURCES, resolve_source
 from .calibration.checks import DataWarning, data_warnings, file_sha256, path_sha256, quantization_warnings
 from .calibration.config import CalibrationConfig, EvaluationConfig
 from .calibration.samples import Progress, RandomReader, SampleSet, collect
-from .config import GatesConfig, ModelFormat, PipelineConfig, installed_toolchain, load_pipeline, resolved_yaml
+from . import verdict
+from .config import GatesConfig, ModelFormat, PipelineConfig, gate_limits, installed_toolchain, load_pipeline, resolved_yaml
 from .converters.model import LoadedModel
 from .converters.tflite_reader import TFLiteModel, parse_tflite, read_tflite
 from .diff import diff, load_report, regressions
@@ -71,11 +72,15 @@ class CheckResult:
 
 def check(model_path: str | Path, targets: Sequence[str] = ("generic-int8",),
           gates: GatesConfig | None = None) -> CheckResult:
-    """Check a .tflite file against targets (and gates). No TensorFlow involved."""
+    """Check a .tflite file against targets (and gates). No TensorFlow involved. Accelerator targets
+    must run the default share of the MACs (verdict.DEFAULTS) unless ``gates`` says otherwise."""
     loaded = [load_target(name) for name in targets]
     model = read_tflite(model_path)
     results = tuple(check_model(model, t) for t in loaded)
-    return CheckResult(model, results, report.gate_json(results, gates))
+    g = gates or GatesConfig()
+    limits = verdict.Limits(max_cpu_fallback_ops=dict(g.max_cpu_fallback_ops),
+                            min_supported_mac_share=dict(g.min_supported_mac_share), fail_on_warnings=g.fail_on_warnings)
+    return CheckResult(model, results, verdict.Verdict(tuple(verdict.target_checks(results, limits))).to_json())
 
 
 def _equivalence(reference: Any, graph: FrozenGraph, calib: SampleSet, batch_size: int, samples: int,
@@ -225,7 +230,7 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     if analyse:
         log.info("measuring the error each quantized op adds on the evaluation data")
     exported = converter.convert(calib, options, "model", progress, debug=evaluation if analyse else None,
-                                 float_reference=evaluation is not None and config.verify.parity)
+                                 float_reference=config.verify.parity)
     tflite_name = f"{config.build_name}.tflite"
     model = parse_tflite(exported.tflite, tflite_name)
     _check_io_types(model, q.io("input").value, q.io("output").value)
@@ -236,51 +241,56 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
         log.warning("calibration: %s", w.message)
     warnings += quant_warnings
 
-    extra = [] if equivalence["passed"] else [
+    limits = gate_limits(config)
+    checks = [verdict.off(f"{i}", note) for i, note in enumerate(limits.notes)]
+    checks.append(verdict.simple(
+        "conversion.passes", verdict.Kind.CONVERSION, equivalence["passed"],
         f"the passes changed the outputs: max abs difference {equivalence['max_abs_diff']:.3g} > "
-        f"verify.pass_tolerance {equivalence['tolerance']:g}"]
-    if warnings and config.gates.fail_on_calibration_warnings:
-        extra.append(f"calibration: {len(warnings)} warning(s) and gates.fail_on_calibration_warnings is set: "
-                     + "; ".join(w.message for w in warnings))
+        f"verify.pass_tolerance {equivalence['tolerance']:g}" if not equivalence["passed"] else
+        f"the passes changed nothing (max abs difference {equivalence['max_abs_diff']:.3g})",
+        equivalence["max_abs_diff"], equivalence["tolerance"]))
+    if cal_cfg is not None:
+        checks += verdict.calibration_checks(warnings, limits)
     verification = _verify(config, loaded, reference, converter, calib, evaluation, exported, model,
-                           suggest_keep_float, progress, extra)
+                           suggest_keep_float, progress, checks, limits)
     onnx_files, onnx_json = (_onnx(config, graph, reference, exported.tflite, model, evaluation or calib, work,
-                                   extra) if config.output.onnx is not None else ({}, None))
+                                   checks) if config.output.onnx is not None else ({}, None))
     source = _model_json(config, out_dir, loaded.format, loaded.framework, loaded.graph.inputs,
                          loaded.graph.outputs, len(loaded.graph.layers), loaded.notes)
     quant = _quantization_json(config, out_dir, calib if cal_cfg is not None else None, warnings, targets)
     body = _report(config, out_dir, source, model, [report.pass_json(p) for p in pass_results], equivalence,
-                   quant, results, loaded.graph.layer_names(), extra,
+                   quant, results, loaded.graph.layer_names(),
                    _data_json(evaluation, out_dir) if evaluation is not None else None)
     files = {**_firmware(config, model, exported.tflite, evaluation, batch, body), **onnx_files}
     body.update(verification)
     body["onnx"] = onnx_json
     graph_io = ([i.node for i in loaded.graph.inputs], [canonical(o.tensor) for o in loaded.graph.outputs])
-    return _commit(config, out_dir, tflite_name, exported.tflite, body, results, graph_io, files, baseline)
+    return _commit(config, out_dir, tflite_name, exported.tflite, body, results, checks, limits, graph_io, files,
+                   baseline)
 
 
 def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, converter: Any, calib: SampleSet,
             evaluation: SampleSet | None, exported: Any, model: TFLiteModel, suggest_keep_float: bool,
-            progress: Progress | None, extra: list[str]) -> dict[str, Any]:
-    """Parity on the evaluation data, the layers that add the most error, and (asked for) which
-    layers to keep in float. Failed gates are appended to ``extra``."""
+            progress: Progress | None, checks: list[verdict.Check], limits: verdict.Limits) -> dict[str, Any]:
+    """Parity on the evaluation data (or, without any, on the calibration samples: no build goes
+    unchecked), the layers that add the most error, and (asked for) which layers to keep in float.
+    The agreement, accuracy and float-conversion checks are appended to ``checks``."""
     from .converters.tflite_export import ExportOptions
     from .verify import culprits, parity
     from .verify.runner import TFLiteRunner
 
     q = config.quantization
     batch = config.model.batch_size
-    gates = parity.ParityGates(config.gates.max_accuracy_drop, config.gates.min_top1_agreement,
-                               config.gates.min_sqnr_db, config.gates.min_cosine)
     out: dict[str, Any] = {"parity": None, "culprits": None, "keep_float_suggestion": None}
-    if evaluation is None or not config.verify.parity:
+    if not config.verify.parity:
         return out
-    log.info("parity: comparing the source model, the float .tflite and the built .tflite on %d evaluation "
-             "samples", evaluation.count)
+    samples = evaluation if evaluation is not None else calib
+    log.info("parity: comparing the source model, the float .tflite and the built .tflite on %d %s samples",
+             samples.count, samples.role)
     float_tflite = exported.float_tflite  # converted with the build, in the same worker
     assert float_tflite is not None, "the build converts the float reference when parity is on"
     shapes = {o.name: tuple(o.shape) for o in loaded.graph.outputs}
-    labels = evaluation.label_values() if evaluation.labels else None
+    labels = samples.label_values() if samples.labels else None
 
     # The source model's outputs, batch by batch: computed once, compared again by every keep-float trial.
     source_outputs: list[dict[str, Any]] = []
@@ -296,12 +306,13 @@ def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, convert
                 source_outputs.append(reference(feeds))
             return source_outputs[k]
 
-        return parity.measure(source, runs, evaluation.batches(batch), shapes, labels)
+        return parity.measure(source, runs, samples.batches(batch), shapes, labels)
 
     result = measure(exported.tflite, with_float=True)
+    result["data"] = samples.role
     out["parity"] = result
-    extra += parity.float_conversion_reasons(result, config.verify.float_tolerance)
-    extra += parity.gate_reasons(result, gates)
+    checks += parity.float_conversion_checks(result, config.verify.float_tolerance)
+    checks += verdict.agreement_checks(result, limits)
     final = [model.main.tensors[i].name for i in model.main.outputs]
     # A dequantized float output is fed by the quantized op's tensor: that op ends the model too.
     final += [op.inputs[0].name for op in model.ops if op.type == "DEQUANTIZE" and op.inputs[0] is not None
@@ -318,14 +329,15 @@ def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, convert
             measured = measure(data)
             cost = {"bytes": len(data), "accuracy": (measured["accuracy"] or {}).get("built"),
                     "sqnr_db": {o: m["built"]["sqnr_db"] for o, m in measured["outputs"].items()}}
-            return parity.gate_reasons(measured, gates), cost
+            measured["data"] = samples.role
+            return verdict.failed_sentences(verdict.agreement_checks(measured, limits)), cost
 
         out["keep_float_suggestion"] = culprits.suggest(ranked, config.verify.max_keep_float, trial)
     return out
 
 
 def _onnx(config: PipelineConfig, graph: FrozenGraph, reference: Any, tflite: bytes, model: TFLiteModel,
-          data: SampleSet, work: Path, extra: list[str]) -> tuple[dict[str, bytes], dict[str, Any]]:
+          data: SampleSet, work: Path, checks: list[verdict.Check]) -> tuple[dict[str, bytes], dict[str, Any]]:
     """The float ONNX model of the cleaned graph (and the INT8 QDQ one of the built .tflite), run with
     ONNX Runtime on the evaluation data: the float one against the source model (within
     verify.float_tolerance, else the build fails), the INT8 one against the .tflite."""
@@ -347,9 +359,12 @@ def _onnx(config: PipelineConfig, graph: FrozenGraph, reference: Any, tflite: by
     runs: dict[str, Any] = {"float": parity.measure(reference, {"onnx_float": OnnxRunner(files[f"{stem}.onnx"]).run},
                                                     data.batches(batch), shapes, labels)}
     worst = max(per["onnx_float"]["max_abs_error"] for per in runs["float"]["outputs"].values())
-    if worst > config.verify.float_tolerance:
-        extra.append(f"the float ONNX model differs from the source model by {worst:.3g} (> verify.float_tolerance "
-                     f"{config.verify.float_tolerance:g}): a tf2onnx conversion problem")
+    tolerance = config.verify.float_tolerance
+    checks.append(verdict.simple(
+        "conversion.onnx_float", verdict.Kind.CONVERSION, worst <= tolerance,
+        f"the float ONNX model differs from the source model by {worst:.3g}"
+        + (f" (> verify.float_tolerance {tolerance:g}): a tf2onnx conversion problem" if worst > tolerance else ""),
+        worst, tolerance))
     models = {"float": {"file": f"{stem}.onnx", **onnx_export.summary(float_proto),
                         "from_tf": onnx_export.from_tf(float_proto, graph)}}
     if quantized:
@@ -395,16 +410,7 @@ def _firmware(config: PipelineConfig, model: TFLiteModel, data: bytes, evaluatio
                                                     intermediates=config.output.golden.intermediates)
         files.update(golden_files)
         listed += list(golden_files)
-    mem = memory.estimate(model)
-    body["memory"] = mem
-    g = config.gates
-    if g.max_arena_bytes is not None and mem["arena_bytes"] > g.max_arena_bytes:
-        body["gate"]["reasons"].append(f"estimated tensor arena {mem['arena_bytes']:,} bytes > gates.max_arena_bytes "
-                                       f"{g.max_arena_bytes:,}")
-    if g.max_flash_bytes is not None and mem["flash_bytes"] > g.max_flash_bytes:
-        body["gate"]["reasons"].append(f"model size {mem['flash_bytes']:,} bytes > gates.max_flash_bytes "
-                                       f"{g.max_flash_bytes:,}")
-    body["gate"]["verdict"] = "fail" if body["gate"]["reasons"] else "pass"
+    body["memory"] = memory.estimate(model)
     body["firmware"] = {"files": listed, "c_name": name if listed else None, "golden": golden_meta}
     return files
 
@@ -416,10 +422,10 @@ def _c_name(text: str) -> str:
 
 def _can_suggest(config: PipelineConfig, targets: Sequence[Target]) -> None:
     """--suggest-keep-float needs what verify.suggest_keep_float needs in the pipeline file."""
-    g = config.gates
+    limits = gate_limits(config)
     problems = []
-    if config.evaluation is None or all(v is None for v in (g.max_accuracy_drop, g.min_top1_agreement,
-                                                            g.min_sqnr_db, g.min_cosine)):
+    if config.evaluation is None or all(v is None for v in (limits.max_accuracy_drop, limits.min_top1_agreement,
+                                                            limits.min_sqnr_db, limits.min_cosine)):
         problems.append("--suggest-keep-float needs an evaluation section and a parity gate to meet "
                         "(gates.max_accuracy_drop, min_top1_agreement, min_sqnr_db or min_cosine)")
     problems += [f"--suggest-keep-float: target {t.name!r} runs no float ops left in a quantized model: "
@@ -484,23 +490,29 @@ def _check_existing(config: PipelineConfig, out_dir: Path, targets: list[Target]
                         for t in io["inputs"]]
     source["outputs"] = [{"name": t.get("signature_name", t["name"]), "shape": t["shape"], "dtype": t["dtype"]}
                          for t in io["outputs"]]
-    body = _report(config, out_dir, source, model, [], None, None, results, None, [])
+    body = _report(config, out_dir, source, model, [], None, None, results, None)
     files = _firmware(config, model, data, None, 1, body)
     body.update({"parity": None, "culprits": None, "keep_float_suggestion": None})
-    return _commit(config, out_dir, tflite_name, data, body, results, extra_files=files, baseline=baseline)
+    limits = gate_limits(config)
+    checks = [verdict.off(f"{i}", note) for i, note in enumerate(limits.notes)]
+    return _commit(config, out_dir, tflite_name, data, body, results, checks, limits, extra_files=files,
+                   baseline=baseline)
 
 
 def _commit(config: PipelineConfig, out_dir: Path, tflite_name: str, tflite: bytes, body: dict[str, Any],
-            results: tuple[TargetResult, ...], graph_io: tuple[list[str], list[str]] | None = None,
-            extra_files: Mapping[str, bytes] | None = None, baseline: dict[str, Any] | None = None) -> BuildResult:
+            results: tuple[TargetResult, ...], checks: list[verdict.Check], limits: verdict.Limits,
+            graph_io: tuple[list[str], list[str]] | None = None, extra_files: Mapping[str, bytes] | None = None,
+            baseline: dict[str, Any] | None = None) -> BuildResult:
+    """The verdict, computed once from every check of the build, then the output folder."""
+    all_checks = [*verdict.target_checks(results, limits), *checks, *verdict.memory_checks(body["memory"], limits)]
+    body["baseline"] = None
     if baseline is not None:
+        body["gate"] = verdict.Verdict(tuple(all_checks)).to_json()  # the verdict before the regression gates
         changes = diff(baseline, body)
         failed = regressions(changes, config.gates.regression)
         body["baseline"] = {"diff": changes, "regressions": failed}
-        body["gate"]["reasons"] += [f"regression since the baseline: {r}" for r in failed]
-        body["gate"]["verdict"] = "fail" if body["gate"]["reasons"] else "pass"
-    else:
-        body["baseline"] = None
+        all_checks += verdict.regression_checks(failed, config.gates.regression.names)
+    body["gate"] = verdict.Verdict(tuple(all_checks)).to_json()
     files = {
         **(extra_files or {}),
         tflite_name: tflite,
@@ -570,8 +582,7 @@ def _quantization_json(config: PipelineConfig, out_dir: Path, calib: SampleSet |
 def _report(config: PipelineConfig, out_dir: Path, source: dict[str, Any], model: TFLiteModel,
             passes: list[dict[str, Any]], equivalence: dict[str, Any] | None,
             quantization: dict[str, Any] | None, results: tuple[TargetResult, ...],
-            layers: Sequence[str] | None, extra_reasons: list[str],
-            evaluation: dict[str, Any] | None = None) -> dict[str, Any]:
+            layers: Sequence[str] | None, evaluation: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "schema_version": report.REPORT_SCHEMA_VERSION,
         "edgeconv_version": __version__,
@@ -591,5 +602,5 @@ def _report(config: PipelineConfig, out_dir: Path, source: dict[str, Any], model
         "evaluation": evaluation,
         "tflite": report.model_json(model),
         "targets": report.targets_json(results, layers),
-        "gate": report.gate_json(results, config.gates, extra_reasons),
+        "gate": None,  # the verdict, computed once every check is in (_commit)
     }

@@ -152,33 +152,47 @@ def pass_json(result: PassResult) -> dict[str, Any]:
     }
 
 
-def gate_json(results: Sequence[TargetResult], gates: GatesConfig | None = None,
-              extra_reasons: Sequence[str] = ()) -> dict[str, Any]:
-    """The release gate: failed targets, plus the configured thresholds."""
-    gates = gates or GatesConfig()
-    reasons = list(extra_reasons)
-    for r in results:
-        name = r.target.name
-        if r.verdict is Verdict.ERROR:
-            reasons.append(f"target {name}: no verdict: {r.error}")
-        if r.verdict is Verdict.FAIL:
-            bad = Counter(o.op.label for o in r.ops if o.status is OpStatus.UNSUPPORTED)
-            reasons.append(f"target {name}: {sum(bad.values())} unsupported op(s): {_fmt_counts(bad)}")
-        fallback = [o for o in r.ops if o.status is OpStatus.CPU_FALLBACK]
-        limit = gates.max_cpu_fallback_ops.get(name)
-        if limit is not None and len(fallback) > limit:
-            first = r.first_blocking
-            cause = f"; first blocking op #{first.op.index} {first.op.type}" if first is not None else ""
-            reasons.append(f"target {name}: {len(fallback)} op(s) fall back to the CPU, more than "
-                           f"gates.max_cpu_fallback_ops.{name} = {limit}{cause}")
-        share = gates.min_supported_mac_share.get(name)
-        if share is not None and r.shares()["macs"] < share:
-            reasons.append(f"target {name}: {r.shares()['macs']:.1%} of the MACs run supported, less than "
-                           f"gates.min_supported_mac_share.{name} = {share:.1%}")
-        warnings = sum(len(o.warnings) for o in r.ops)
-        if gates.fail_on_warnings and warnings:
-            reasons.append(f"target {name}: {warnings} warning(s) and gates.fail_on_warnings is set")
-    return {"verdict": "fail" if reasons else "pass", "reasons": reasons}
+def console_lines(report: Mapping[str, Any]) -> list[str]:
+    """What a reviewer needs first, rendered from the report's verdict: a line per target (accelerators as
+    their compiler says it), accuracy, SQNR, size and arena, what the pipeline loosened, the verdict and
+    the reason for every failure."""
+    gate = report["gate"]
+    checks = gate.get("checks", [])
+    accel = {c["target"]: c["sentence"] for c in checks if c["kind"] == "accelerator"}
+    lines = []
+    for t in report["targets"]:
+        c = t["counts"]
+        if t.get("error"):
+            lines.append(f"{t['name']}: ERROR: {t['error']}")
+        elif t["name"] in accel:
+            lines.append(f"{accel[t['name']]} [{t['verdict'].upper()}]")
+        else:
+            uncertain = f", {c['uncertain']} uncertain" if c.get("uncertain") else ""
+            lines.append(f"{t['name']}: {t['verdict'].upper()} ({c['supported']} supported{uncertain}, "
+                         f"{c['cpu_fallback']} cpu_fallback, {c['unsupported']} unsupported)")
+    parity = report.get("parity")
+    if parity:
+        acc = parity.get("accuracy")
+        if acc:
+            lines.append(f"accuracy: {acc['source']:.2%} in float -> {acc['built']:.2%} built "
+                         f"(drop {acc['drop']['built'] * 100:.2f} points, on {parity['samples']} "
+                         f"{parity.get('data', 'evaluation')} samples)")
+        sqnr = [(name, per["built"]["sqnr_db"], per["built"]["top1_agreement"]) for name, per in parity["outputs"].items()]
+        lines += [f"output {name!r}: SQNR {_num(db, '.1f')} dB"
+                  + (f", top-1 agreement {top1:.2%}" if top1 is not None else "")
+                  + f" against the float model ({parity.get('data', 'evaluation')} samples)" for name, db, top1 in sqnr]
+    memory = report.get("memory")
+    tfl = report["tflite"]
+    lines.append(f"size: {tfl['bytes']:,} bytes" + (f"; TFLite Micro arena (estimated): {memory['arena_bytes']:,} bytes"
+                                                    if memory else ""))
+    warnings = [c for c in checks if c["outcome"] == "warn" and c["kind"] == "calibration"]
+    if warnings:
+        lines.append(f"calibration: {len(warnings)} warning(s) (report.md lists them; gates.fail_on_calibration_warnings "
+                     "makes them fail)")
+    lines += [f"loosened: {note}" for note in gate.get("disabled", [])]
+    lines.append(f"gate: {gate['verdict'].upper()}")
+    lines += [f"  - {reason}" for reason in gate["reasons"]]
+    return lines
 
 
 def dumps(report: Mapping[str, Any]) -> str:
@@ -246,6 +260,14 @@ def to_markdown(report: Mapping[str, Any]) -> str:
         lines.append(f"- {reason}")
     if gate["reasons"]:
         lines.append("")
+    lines += [f"- **loosened**: {_esc(note)}" for note in gate.get("disabled", [])]
+    if gate.get("disabled"):
+        lines.append("")
+    if gate.get("checks"):
+        lines += ["## Verdict", "", "| check | outcome | measured | limit | |", "|---|---|---|---|---|"]
+        lines += [f"| `{c['id']}` | {c['outcome']} | {_cell(c['measured'])} | {_cell(c['limit'])} | "
+                  f"{_esc(c['sentence'])} |" for c in gate["checks"]]
+        lines.append("")
     if model.get("notes"):
         lines += ["## Loading", ""] + [f"- {_esc(n)}" for n in model["notes"]] + [""]
     lines += ["## Targets", ""] + targets_markdown(report["targets"]) + [""]
@@ -275,6 +297,12 @@ def to_markdown(report: Mapping[str, Any]) -> str:
         if ev is not None:
             lines += ["Evaluation data, for comparison:", ""] + _data_markdown(ev)
     return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def _culprit_where(c: dict[str, Any]) -> str:

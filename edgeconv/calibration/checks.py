@@ -22,6 +22,9 @@ from .samples import SampleSet
 WIDER = 4.0
 # ... or that covers less than this share of it clips most inputs.
 COVERS = 0.5
+# Known to ruin an INT8 model (corpus.md: 8-34 % accuracy): a range 4x wider than the one in use, or
+# one that covers less than a quarter of it. These findings fail the build by default.
+SEVERE_COVERS = 0.25
 # Real images and signals: neighbouring values correlate strongly; noise fills do not.
 NOISE_CORRELATION = 0.2
 
@@ -33,9 +36,10 @@ class DataWarning:
     check: str
     input: str | None
     message: str
+    severe: bool = False  # known to ruin an INT8 model: fails the build by default
 
     def to_json(self) -> dict[str, Any]:
-        return {"check": self.check, "input": self.input, "message": self.message}
+        return {"check": self.check, "input": self.input, "message": self.message, "severe": self.severe}
 
 
 def _fmt(lo: float, hi: float) -> str:
@@ -53,12 +57,12 @@ def _compare(name: str, have: tuple[float, float], want: tuple[float, float], wh
     if overlap / span < COVERS:
         out.append(DataWarning(check, name, f"input {name!r}: {subject} {_fmt(a, b)}{detail} covers only "
                                f"{overlap / span:.0%} of {what} {_fmt(c, d)}; inputs outside it will clip (wrong "
-                               "preprocessing, or data that is not representative?)"))
+                               "preprocessing, or data that is not representative?)", overlap / span < SEVERE_COVERS))
     if (b - a) / span > WIDER:
         out.append(DataWarning(check, name, f"input {name!r}: {subject} {_fmt(a, b)}{detail} is "
                                f"{(b - a) / span:.3g}x wider than {what} {_fmt(c, d)}; INT8 would spend most of "
                                "its 256 levels on values that never occur (wrong preprocessing, e.g. 0-255 instead "
-                               "of 0-1?)"))
+                               "of 0-1?)", True))
     return out
 
 
@@ -74,13 +78,13 @@ def data_warnings(calib: SampleSet, *, min_samples: int, evaluation: SampleSet |
         if s["constant"]:
             out.append(DataWarning("constant", spec.name, f"input {spec.name!r} is the same in all {calib.count} "
                                    f"calibration samples (min = max = {s['min']:.4g}); calibration learns nothing "
-                                   "about its range"))
+                                   "about its range", True))
             continue
         corr = s.get("neighbour_correlation")
         if corr is not None and corr < NOISE_CORRELATION:
             out.append(DataWarning("noise", spec.name, f"input {spec.name!r} looks like synthetic noise, not real "
                                    f"samples: neighbouring values are uncorrelated (mean lag-1 correlation "
-                                   f"{corr:.2f}; real images and signals are far above {NOISE_CORRELATION})"))
+                                   f"{corr:.2f}; real images and signals are far above {NOISE_CORRELATION})", True))
         have = (s["min"], s["max"])
         if evaluation is not None and spec.name in evaluation.stats:
             e = evaluation.stats[spec.name]

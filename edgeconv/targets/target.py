@@ -137,6 +137,11 @@ class Target:
     notes: Mapping[str, KnownOp]
     compiler: Compiler | None = None
     quantization: QuantPolicy = QuantPolicy()
+    accelerator_name: str = ""  # an accelerator target ("Edge TPU", "NPU"): its share of MACs is gated
+
+    @property
+    def accelerator(self) -> bool:
+        return bool(self.accelerator_name)
 
     def entry_for(self, op_type: str, custom_code: str | None) -> OpEntry | None:
         if custom_code is not None and f"{op_type}:{custom_code}" in self.ops:
@@ -144,7 +149,7 @@ class Target:
         return self.ops.get(op_type)
 
 
-_TOP_KEYS = ("schema_version", "name", "title", "description", "sources", "placement", "default_effect",
+_TOP_KEYS = ("schema_version", "name", "title", "description", "sources", "placement", "default_effect", "accelerator",
              "compiler", "quantization", "unlisted", "notes", "fixes", "all_ops", "ops")
 COMPILERS = ("vela",)
 _RULE_KEYS = ("check", "id", "source", "fix", "effect")
@@ -214,8 +219,11 @@ def load_target_file(path: Path, expected_name: str | None = None) -> Target:
     if ctx.problems:
         raise ConfigError(ctx.problems)
     description = " ".join(_scalar(top["description"], "description", ctx).split()) if "description" in top else ""
+    accelerator = _scalar(top["accelerator"], "accelerator", ctx) if "accelerator" in top else ""
+    if ctx.problems:
+        raise ConfigError(ctx.problems)
     return Target(name, _scalar(top["title"], "title", ctx), description, path, sources, placement, segment_rule,
-                  all_ops, ops, unlisted, notes, compiler, quantization)
+                  all_ops, ops, unlisted, notes, compiler, quantization, accelerator)
 
 
 def _quantization(node: yaml.Node | None, sources: Mapping[str, str], ctx: Ctx) -> QuantPolicy:

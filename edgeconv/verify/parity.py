@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from ..verdict import Check, Kind, simple
+
 Run = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 
 
@@ -93,47 +95,10 @@ def measure(reference: Run, candidates: Mapping[str, Run], batches: Iterable[dic
     return out
 
 
-@dataclasses.dataclass(frozen=True)
-class ParityGates:
-    max_accuracy_drop: float | None = None
-    min_top1_agreement: float | None = None
-    min_sqnr_db: float | None = None
-    min_cosine: float | None = None
-
-    @property
-    def any(self) -> bool:
-        return any(v is not None for v in dataclasses.astuple(self))
-
-
-def gate_reasons(parity: Mapping[str, Any], gates: ParityGates, candidate: str = "built") -> list[str]:
-    """Which parity thresholds the candidate misses, each saying the measured value."""
-    reasons = []
-    for name, per in parity["outputs"].items():
-        m = per[candidate]
-        if gates.min_sqnr_db is not None and m["sqnr_db"] is not None and m["sqnr_db"] < gates.min_sqnr_db:
-            reasons.append(f"output {name!r}: SQNR {m['sqnr_db']:.1f} dB < gates.min_sqnr_db {gates.min_sqnr_db:g}")
-        if gates.min_cosine is not None and m["cosine"] < gates.min_cosine:
-            reasons.append(f"output {name!r}: cosine similarity {m['cosine']:.4f} < gates.min_cosine "
-                           f"{gates.min_cosine:g}")
-        if gates.min_top1_agreement is not None and m["top1_agreement"] is not None \
-                and m["top1_agreement"] < gates.min_top1_agreement:
-            reasons.append(f"output {name!r}: top-1 agreement {m['top1_agreement']:.2%} < "
-                           f"gates.min_top1_agreement {gates.min_top1_agreement:.2%}")
-    accuracy = parity.get("accuracy")
-    if gates.max_accuracy_drop is not None:
-        if accuracy is None:
-            reasons.append("gates.max_accuracy_drop is set but the evaluation data has no labels "
-                           "(evaluation.labels)")
-        elif accuracy["drop"][candidate] > gates.max_accuracy_drop:
-            reasons.append(f"accuracy drop {accuracy['drop'][candidate]:.2%} ({accuracy['source']:.2%} -> "
-                           f"{accuracy[candidate]:.2%}) > gates.max_accuracy_drop {gates.max_accuracy_drop:.2%}")
-    return reasons
-
-
-def float_conversion_reasons(parity: Mapping[str, Any], tolerance: float) -> list[str]:
+def float_conversion_checks(parity: Mapping[str, Any], tolerance: float) -> list[Check]:
     """The float .tflite must compute what the source model computes."""
     worst = max(per["tflite_float"]["max_abs_error"] for per in parity["outputs"].values())
-    if worst > tolerance:
-        return [f"the float .tflite differs from the source model by {worst:.3g} (> verify.float_tolerance "
-                f"{tolerance:g}): a conversion bug, not quantization"]
-    return []
+    return [simple("conversion.float_tflite", Kind.CONVERSION, worst <= tolerance,
+                   f"the float .tflite differs from the source model by {worst:.3g}"
+                   + (f" (> verify.float_tolerance {tolerance:g}): a conversion bug, not quantization"
+                      if worst > tolerance else ""), worst, tolerance)]

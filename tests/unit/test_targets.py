@@ -315,7 +315,7 @@ def _target_file(tmp_path: Path, body: str) -> Path:
      "id, source)"),
     ("placement: {kind: prefx, source: DOC}\nops: {}\n",
      "mine.yaml:6: placement.kind: unknown placement 'prefx' (allowed: independent, prefix, segment); did you mean 'prefix'?"),
-    ("opps: {}\n", "mine.yaml:6: top level: unknown key 'opps' (allowed: all_ops, compiler, default_effect, "
+    ("opps: {}\n", "mine.yaml:6: top level: unknown key 'opps' (allowed: accelerator, all_ops, compiler, default_effect, "
                    "description, fixes, name, notes, ops, placement, quantization, schema_version, sources, title, "
                    "unlisted); did you mean 'ops'?"),
 ])

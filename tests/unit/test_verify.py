@@ -3,6 +3,8 @@ files and the arena planner, without TensorFlow (the integration tests prove the
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import re
 from typing import Any
@@ -11,6 +13,7 @@ import numpy as np
 import pytest
 
 from edgeconv.converters.tflite_reader import read_tflite
+from edgeconv import verdict
 from edgeconv.verify import culprits, firmware, memory, parity
 
 from ..conftest import REPO
@@ -69,26 +72,34 @@ PARITY = {"outputs": {"probs": {"built": {"sqnr_db": 18.25, "cosine": 0.98765, "
           "accuracy": {"output": "probs", "source": 0.9889, "built": 0.9750, "drop": {"built": 0.0139}}}
 
 
-@pytest.mark.parametrize(("gates", "reasons"), [
-    (parity.ParityGates(), []),
-    (parity.ParityGates(max_accuracy_drop=0.02, min_top1_agreement=0.97, min_sqnr_db=18, min_cosine=0.98), []),
-    (parity.ParityGates(min_sqnr_db=20), ["output 'probs': SQNR 18.2 dB < gates.min_sqnr_db 20"]),
-    (parity.ParityGates(min_cosine=0.99), ["output 'probs': cosine similarity 0.9877 < gates.min_cosine 0.99"]),
-    (parity.ParityGates(min_top1_agreement=0.99),
-     ["output 'probs': top-1 agreement 97.50% < gates.min_top1_agreement 99.00%"]),
-    (parity.ParityGates(max_accuracy_drop=0.01),
-     ["accuracy drop 1.39% (98.89% -> 97.50%) > gates.max_accuracy_drop 1.00%"]),
+NONE = verdict.Limits(max_accuracy_drop=None, min_top1_agreement=None, min_sqnr_db=None)
+
+
+@pytest.mark.parametrize(("limits", "reasons"), [
+    (NONE, []),
+    (verdict.Limits(max_accuracy_drop=0.02, min_top1_agreement=0.97, min_sqnr_db=18, min_cosine=0.98), []),
+    (verdict.Limits(), ["output 'probs': SQNR 18.2 dB < gates.min_sqnr_db 20 (on the evaluation samples)"]),
+    (dataclasses.replace(NONE, min_sqnr_db=18.25), []),  # the limit itself passes
+    (dataclasses.replace(NONE, min_sqnr_db=18.26), [
+        "output 'probs': SQNR 18.2 dB < gates.min_sqnr_db 18.26 (on the evaluation samples)"]),
+    (dataclasses.replace(NONE, min_cosine=0.99), ["output 'probs': cosine similarity 0.9877 < gates.min_cosine 0.99"]),
+    (dataclasses.replace(NONE, min_top1_agreement=0.99),
+     ["output 'probs': top-1 agreement 97.50% < gates.min_top1_agreement 99.00% (on the evaluation samples)"]),
+    (dataclasses.replace(NONE, max_accuracy_drop=0.01),
+     ["accuracy drop 1.39 points (98.89% -> 97.50%) > gates.max_accuracy_drop 1.00 points"]),
+    (dataclasses.replace(NONE, max_accuracy_drop=0.0139), []),
 ])
-def test_gate_reasons_say_the_measured_value_and_the_threshold(gates: parity.ParityGates,
-                                                                reasons: list[str]) -> None:
-    assert parity.gate_reasons(PARITY, gates) == reasons
-    assert gates.any is bool(gates.max_accuracy_drop or gates.min_sqnr_db or gates.min_cosine
-                             or gates.min_top1_agreement)
+def test_agreement_checks_say_the_measured_value_and_the_threshold(limits: verdict.Limits,
+                                                                   reasons: list[str]) -> None:
+    checks = verdict.agreement_checks(PARITY, limits)
+    assert verdict.failed_sentences(checks) == reasons
+    assert all(c.limit is not None for c in checks)
 
 
-def test_accuracy_gate_without_labels_fails_instead_of_passing() -> None:
-    assert parity.gate_reasons({**PARITY, "accuracy": None}, parity.ParityGates(max_accuracy_drop=0.5)) == [
-        "gates.max_accuracy_drop is set but the evaluation data has no labels (evaluation.labels)"]
+def test_default_limits_are_the_strict_defaults() -> None:
+    limits = verdict.Limits()
+    assert (limits.max_accuracy_drop, limits.min_top1_agreement, limits.min_sqnr_db,
+            limits.min_accelerator_mac_share) == (0.03, 0.90, 20.0, 0.5)
 
 
 @pytest.mark.parametrize(("tolerance", "reasons"), [
@@ -97,7 +108,7 @@ def test_accuracy_gate_without_labels_fails_instead_of_passing() -> None:
     (1e-4, []),
 ])
 def test_float_conversion_must_match_the_source(tolerance: float, reasons: list[str]) -> None:
-    assert parity.float_conversion_reasons(PARITY, tolerance) == reasons
+    assert verdict.failed_sentences(parity.float_conversion_checks(PARITY, tolerance)) == reasons
 
 
 LAYERS = [

@@ -1,0 +1,299 @@
+"""The release gate: one typed verdict, computed once, that every output renders.
+
+Each check that can fail a build (a target, a gate on a target, a calibration finding, parity and
+accuracy, the conversion's own proofs, memory, a regression against a baseline) becomes a
+:class:`Check` with a stable id, its outcome, the measured value, the limit and the sentence a person
+reads. :class:`Verdict` holds them all; the exit code, the console, report.json and report.md,
+JUnit, the Markdown summary, GitHub annotations, ``--results-json`` and ``edgeconv diff`` render its
+JSON form (``report["gate"]``) and decide nothing themselves.
+
+The default gates are strict (:data:`DEFAULTS`): a pipeline loosens one only explicitly, and the
+report and the console then say so (outcome ``off``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from .targets.checker import TargetResult, Verdict as TargetVerdict
+from .targets.target import OpStatus
+
+
+class Outcome(enum.Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"  # the check could not be made (a target's own tool failed): fails the build
+    WARN = "warn"  # reported, does not fail the build
+    OFF = "off"  # a default gate the pipeline turned off or loosened: said, never silent
+
+    @property
+    def fails(self) -> bool:
+        return self in (Outcome.FAIL, Outcome.ERROR)
+
+
+class Kind(enum.Enum):
+    TARGET = "target"  # the target runs every op (no unsupported op)
+    ACCELERATOR = "accelerator"  # share of MACs an accelerator target runs
+    GATE = "gate"  # a configured limit on a target (CPU fallback, MAC share, warnings)
+    CALIBRATION = "calibration"  # a finding about the calibration data
+    AGREEMENT = "agreement"  # the built model against the float model (SQNR, top-1 agreement, cosine)
+    ACCURACY = "accuracy"  # task accuracy against the labels
+    CONVERSION = "conversion"  # the passes and the float conversions compute what the source model does
+    MEMORY = "memory"  # arena and flash limits
+    REGRESSION = "regression"  # against a baseline report
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    id: str  # stable: target.edgetpu, agreement.sqnr_db.digit, calibration.noise.image, ...
+    kind: Kind
+    outcome: Outcome
+    sentence: str
+    measured: float | str | None = None
+    limit: float | str | None = None
+    target: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind.value, "outcome": self.outcome.value, "sentence": self.sentence,
+                "measured": self.measured, "limit": self.limit, "target": self.target}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Check:
+        return cls(data["id"], Kind(data["kind"]), Outcome(data["outcome"]), data["sentence"], data.get("measured"),
+                   data.get("limit"), data.get("target"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    checks: tuple[Check, ...]
+
+    @property
+    def failed(self) -> list[Check]:
+        return [c for c in self.checks if c.outcome.fails]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failed
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": "pass" if self.passed else "fail",
+                "reasons": [c.sentence for c in self.failed],
+                "disabled": [c.sentence for c in self.checks if c.outcome is Outcome.OFF],
+                "checks": [c.to_json() for c in self.checks]}
+
+    @classmethod
+    def from_json(cls, gate: Mapping[str, Any]) -> Verdict:
+        return cls(tuple(Check.from_json(c) for c in gate.get("checks", [])))
+
+
+# -- the default gates ------------------------------------------------------------------------
+# What practitioners accept for INT8 post-training quantization (README "Default gates" says why):
+# healthy INT8 CNNs lose well under a point of accuracy and keep 25-45 dB SQNR at their outputs
+# (the shipped example: 0.00 points, 43 dB); a broken calibration costs tens of points and lands in
+# single-digit dB. The limits leave room for sampling noise on a few hundred evaluation samples.
+DEFAULTS: Mapping[str, float] = {
+    "max_accuracy_drop": 0.03,  # 3 percentage points of task accuracy (labels)
+    "min_top1_agreement": 0.90,  # classifier outputs: top-1 class of the built model = the float model's
+    "min_sqnr_db": 20.0,  # every output: signal 10x the quantization noise in amplitude
+    "min_accelerator_mac_share": 0.5,  # accelerator targets: at least half the MACs on the accelerator
+}
+DEFAULT_GATES = ("accuracy", "agreement", "calibration", "accelerator")
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """The thresholds in force for one build: the pipeline's own, else the defaults, minus the default
+    gates it turned off. ``notes`` say every default the pipeline loosened or turned off, and where."""
+
+    max_accuracy_drop: float | None = DEFAULTS["max_accuracy_drop"]
+    min_top1_agreement: float | None = DEFAULTS["min_top1_agreement"]
+    min_sqnr_db: float | None = DEFAULTS["min_sqnr_db"]
+    min_cosine: float | None = None
+    calibration_findings_fail: bool = True  # the severe calibration findings fail the build
+    calibration_warnings_fail: bool = False  # every calibration finding fails (gates.fail_on_calibration_warnings)
+    min_accelerator_mac_share: float | None = DEFAULTS["min_accelerator_mac_share"]
+    max_cpu_fallback_ops: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    min_supported_mac_share: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    fail_on_warnings: bool = False
+    max_arena_bytes: int | None = None
+    max_flash_bytes: int | None = None
+    notes: tuple[str, ...] = ()
+
+
+def _fmt(value: float | None, kind: str) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2%}" if kind == "share" else f"{value:.1f} dB" if kind == "db" else f"{value:g}"
+
+
+# -- checks of each kind ------------------------------------------------------------------------
+
+def target_checks(results: Sequence[TargetResult], limits: Limits) -> list[Check]:
+    """Each target: it runs every op; its accelerator share; the gates configured on it."""
+    out: list[Check] = []
+    for r in results:
+        name = r.target.name
+        c = r.counts()
+        if r.verdict is TargetVerdict.ERROR:
+            out.append(Check(f"target.{name}", Kind.TARGET, Outcome.ERROR, f"target {name}: no verdict: {r.error}",
+                             target=name))
+            continue
+        bad = Counter(o.op.label for o in r.ops if o.status is OpStatus.UNSUPPORTED)
+        if bad:
+            sentence = (f"target {name}: {sum(bad.values())} unsupported op(s): "
+                        + ", ".join(f"{k} x{v}" for k, v in sorted(bad.items())))
+        else:
+            sentence = f"target {name}: every op runs ({c['supported']} supported, {c['cpu_fallback']} cpu_fallback)"
+        out.append(Check(f"target.{name}", Kind.TARGET, Outcome.FAIL if bad else Outcome.PASS, sentence,
+                         measured=sum(bad.values()), limit=0, target=name))
+        share = r.shares()["macs"]
+        if r.target.accelerator:
+            limit = limits.min_supported_mac_share.get(name, limits.min_accelerator_mac_share)
+            out.append(_accelerator_check(r, share, limit))
+        elif name in limits.min_supported_mac_share:
+            limit = limits.min_supported_mac_share[name]
+            ok = share >= limit
+            out.append(Check(f"gate.min_supported_mac_share.{name}", Kind.GATE, Outcome.PASS if ok else Outcome.FAIL,
+                             f"target {name}: {share:.1%} of the MACs run supported"
+                             + ("" if ok else f", less than gates.min_supported_mac_share.{name} = {limit:.1%}"),
+                             measured=share, limit=limit, target=name))
+        if name in limits.max_cpu_fallback_ops:
+            limit_ops = limits.max_cpu_fallback_ops[name]
+            fallback = c["cpu_fallback"]
+            ok = fallback <= limit_ops
+            first = r.first_blocking
+            cause = f"; first blocking op #{first.op.index} {first.op.type}" if first is not None and not ok else ""
+            out.append(Check(f"gate.max_cpu_fallback_ops.{name}", Kind.GATE, Outcome.PASS if ok else Outcome.FAIL,
+                             f"target {name}: {fallback} op(s) fall back to the CPU"
+                             + ("" if ok else f", more than gates.max_cpu_fallback_ops.{name} = {limit_ops}{cause}"),
+                             measured=fallback, limit=limit_ops, target=name))
+        if limits.fail_on_warnings:
+            warnings = sum(len(o.warnings) for o in r.ops)
+            out.append(Check(f"gate.fail_on_warnings.{name}", Kind.GATE, Outcome.FAIL if warnings else Outcome.PASS,
+                             f"target {name}: {warnings} warning(s)"
+                             + (" and gates.fail_on_warnings is set" if warnings else ""),
+                             measured=warnings, limit=0, target=name))
+    return out
+
+
+def accelerator_line(r: TargetResult) -> str:
+    """The way a vendor compiler says it: how many ops and how much of the compute run on the accelerator,
+    and the first op that stops it."""
+    n = len(r.ops)
+    on = r.counts()["supported"]
+    where = r.target.accelerator_name or r.target.name
+    line = f"{r.target.name}: {on} of {n} ops ({r.shares()['macs']:.1%} of MACs) on the {where}"
+    first = r.first_blocking
+    if first is None:
+        first = next((o for o in r.ops if o.status is not OpStatus.SUPPORTED and o.op.subgraph == 0), None)
+    if first is not None and first.violations:
+        reason = next((v.detail for v in first.violations if v.effect.value != "warning"), first.violations[0].detail)
+        line += f"; first op off it #{first.op.index} {first.op.type}: {reason}"
+    return line
+
+
+def _accelerator_check(r: TargetResult, share: float, limit: float | None) -> Check:
+    name = r.target.name
+    line = accelerator_line(r)
+    if limit is None:
+        return Check(f"accelerator.{name}", Kind.ACCELERATOR, Outcome.WARN, line, measured=share, target=name)
+    ok = share >= limit
+    return Check(f"accelerator.{name}", Kind.ACCELERATOR, Outcome.PASS if ok else Outcome.FAIL,
+                 line + ("" if ok else f"; less than the {limit:.0%} of MACs the gate requires "
+                         f"(gates.min_supported_mac_share.{name})"), measured=share, limit=limit, target=name)
+
+
+def agreement_checks(parity: Mapping[str, Any], limits: Limits, candidate: str = "built") -> list[Check]:
+    """The built model against the source model, per output; accuracy against the labels."""
+    out: list[Check] = []
+    data = parity.get("data", "evaluation")
+    for name, per in parity["outputs"].items():
+        m = per[candidate]
+        if limits.min_sqnr_db is not None and m["sqnr_db"] is not None:
+            ok = m["sqnr_db"] >= limits.min_sqnr_db
+            out.append(Check(f"agreement.sqnr_db.{name}", Kind.AGREEMENT, Outcome.PASS if ok else Outcome.FAIL,
+                             f"output {name!r}: SQNR {m['sqnr_db']:.1f} dB"
+                             + (f" on the {data} samples" if ok else f" < gates.min_sqnr_db {limits.min_sqnr_db:g} "
+                                f"(on the {data} samples)"), measured=m["sqnr_db"], limit=limits.min_sqnr_db))
+        if limits.min_cosine is not None:
+            ok = m["cosine"] >= limits.min_cosine
+            out.append(Check(f"agreement.cosine.{name}", Kind.AGREEMENT, Outcome.PASS if ok else Outcome.FAIL,
+                             f"output {name!r}: cosine similarity {m['cosine']:.4f}"
+                             + ("" if ok else f" < gates.min_cosine {limits.min_cosine:g}"),
+                             measured=m["cosine"], limit=limits.min_cosine))
+        if limits.min_top1_agreement is not None and m["top1_agreement"] is not None:
+            ok = m["top1_agreement"] >= limits.min_top1_agreement
+            out.append(Check(f"agreement.top1.{name}", Kind.AGREEMENT, Outcome.PASS if ok else Outcome.FAIL,
+                             f"output {name!r}: top-1 agreement {m['top1_agreement']:.2%}"
+                             + ("" if ok else f" < gates.min_top1_agreement {limits.min_top1_agreement:.2%}")
+                             + f" (on the {data} samples)", measured=m["top1_agreement"],
+                             limit=limits.min_top1_agreement))
+    accuracy = parity.get("accuracy")
+    if limits.max_accuracy_drop is not None and accuracy is not None:
+        drop = accuracy["drop"][candidate]
+        ok = drop <= limits.max_accuracy_drop
+        out.append(Check("accuracy.drop", Kind.ACCURACY, Outcome.PASS if ok else Outcome.FAIL,
+                         f"accuracy drop {drop * 100:.2f} points ({accuracy['source']:.2%} -> {accuracy[candidate]:.2%})"
+                         + ("" if ok else f" > gates.max_accuracy_drop {limits.max_accuracy_drop * 100:.2f} points"),
+                         measured=drop, limit=limits.max_accuracy_drop))
+    return out
+
+
+def failed_sentences(checks: Iterable[Check]) -> list[str]:
+    return [c.sentence for c in checks if c.outcome.fails]
+
+
+def calibration_checks(findings: Sequence[Any], limits: Limits) -> list[Check]:
+    """Findings about the calibration data: the severe ones (known to ruin an INT8 model) fail the build
+    by default, the mild ones warn (``gates.fail_on_calibration_warnings`` makes every one fail)."""
+    out = []
+    for f in findings:
+        fails = limits.calibration_warnings_fail or (f.severe and limits.calibration_findings_fail)
+        where = f".{f.input}" if f.input else ""
+        out.append(Check(f"calibration.{f.check}{where}", Kind.CALIBRATION, Outcome.FAIL if fails else Outcome.WARN,
+                         f"calibration: {f.message}"))
+    return out
+
+
+def simple(check_id: str, kind: Kind, ok: bool, sentence: str, measured: float | str | None = None,
+           limit: float | str | None = None) -> Check:
+    return Check(check_id, kind, Outcome.PASS if ok else Outcome.FAIL, sentence, measured, limit)
+
+
+def memory_checks(memory: Mapping[str, Any], limits: Limits) -> list[Check]:
+    out = []
+    if limits.max_arena_bytes is not None:
+        arena = memory["arena_bytes"]
+        ok = arena <= limits.max_arena_bytes
+        out.append(simple("memory.arena_bytes", Kind.MEMORY, ok, f"estimated tensor arena {arena:,} bytes"
+                          + ("" if ok else f" > gates.max_arena_bytes {limits.max_arena_bytes:,}"), arena,
+                          limits.max_arena_bytes))
+    if limits.max_flash_bytes is not None:
+        flash = memory["flash_bytes"]
+        ok = flash <= limits.max_flash_bytes
+        out.append(simple("memory.flash_bytes", Kind.MEMORY, ok, f"model size {flash:,} bytes"
+                          + ("" if ok else f" > gates.max_flash_bytes {limits.max_flash_bytes:,}"), flash,
+                          limits.max_flash_bytes))
+    return out
+
+
+def regression_checks(failed: Sequence[str], names: Sequence[str]) -> list[Check]:
+    """The regression gates against a baseline: each configured one passes unless a reason names it."""
+    out = [Check(f"regression.{i}", Kind.REGRESSION, Outcome.FAIL, f"regression since the baseline: {r}")
+           for i, r in enumerate(failed)]
+    if not failed:
+        out += [Check(f"regression.{n.removeprefix('gates.')}", Kind.REGRESSION, Outcome.PASS,
+                      f"{n}: no regression since the baseline") for n in names]
+    return out
+
+
+def off(gate: str, sentence: str) -> Check:
+    return Check(f"default.{gate}", Kind.GATE, Outcome.OFF, sentence)

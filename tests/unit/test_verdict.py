@@ -1,0 +1,111 @@
+"""One verdict, rendered the same way by every output (issue 15): a failing check of each kind is a
+failure in the exit code, the console, report.md, JUnit, the Markdown summary, the GitHub annotations
+and `edgeconv diff`; none of them decides anything itself."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edgeconv import verdict
+from edgeconv.ci import Outcome, junit_xml, summary_markdown, workflow_commands
+from edgeconv.diff import diff, diff_markdown
+from edgeconv.report import console_lines, to_markdown
+from edgeconv.verdict import Check, Kind
+
+PASSING = [Check("target.arm-neon", Kind.TARGET, verdict.Outcome.PASS, "target arm-neon: every op runs",
+                 0, 0, "arm-neon")]
+FAILING = {
+    Kind.TARGET: Check("target.arm-neon", Kind.TARGET, verdict.Outcome.FAIL,
+                       "target arm-neon: 1 unsupported op(s): CUSTOM:FlexErf x1", 1, 0, "arm-neon"),
+    Kind.ACCELERATOR: Check("accelerator.edgetpu", Kind.ACCELERATOR, verdict.Outcome.FAIL,
+                            "edgetpu: 1 of 732 ops (0.0% of MACs) on the Edge TPU; less than the 50% of MACs", 0.0,
+                            0.5, "edgetpu"),
+    Kind.GATE: Check("gate.max_cpu_fallback_ops.tflm-cmsis-nn", Kind.GATE, verdict.Outcome.FAIL,
+                     "target tflm-cmsis-nn: 2 op(s) fall back to the CPU, more than "
+                     "gates.max_cpu_fallback_ops.tflm-cmsis-nn = 0", 2, 0, "tflm-cmsis-nn"),
+    Kind.CALIBRATION: Check("calibration.range_mismatch.image", Kind.CALIBRATION, verdict.Outcome.FAIL,
+                            "calibration: input 'image': calibration range [0, 255] is 255x wider than the "
+                            "evaluation range [0, 1]"),
+    Kind.AGREEMENT: Check("agreement.sqnr_db.tags", Kind.AGREEMENT, verdict.Outcome.FAIL,
+                          "output 'tags': SQNR 6.1 dB < gates.min_sqnr_db 20 (on the evaluation samples)", 6.1, 20.0),
+    Kind.ACCURACY: Check("accuracy.drop", Kind.ACCURACY, verdict.Outcome.FAIL,
+                         "accuracy drop 84.00 points (100.00% -> 16.00%) > gates.max_accuracy_drop 3.00 points",
+                         0.84, 0.03),
+    Kind.CONVERSION: Check("conversion.passes", Kind.CONVERSION, verdict.Outcome.FAIL,
+                           "the passes changed the outputs: max abs difference 0.5 > verify.pass_tolerance 1e-05",
+                           0.5, 1e-5),
+    Kind.MEMORY: Check("memory.arena_bytes", Kind.MEMORY, verdict.Outcome.FAIL,
+                       "estimated tensor arena 9,000 bytes > gates.max_arena_bytes 8,000", 9000, 8000),
+    Kind.REGRESSION: Check("regression.0", Kind.REGRESSION, verdict.Outcome.FAIL,
+                           "regression since the baseline: model size grew +100 bytes"),
+}
+
+
+def report(checks: list[Check]) -> dict[str, Any]:
+    target = {"name": "arm-neon", "title": "t", "verdict": "pass", "counts": {"supported": 1, "uncertain": 0,
+              "cpu_fallback": 0, "unsupported": 0}, "macs": {}, "shares": {"ops": 1.0, "macs": 1.0}, "warnings": 0,
+              "weight_bytes": 0, "ops": []}
+    return {"name": "m", "targets": [target], "gate": verdict.Verdict(tuple(checks)).to_json(),
+            "tflite": {"bytes": 100, "sha256": "a" * 64, "op_types": {}}, "model": {"path": "m.keras", "format": "keras"},
+            "artifacts": {"tflite": {"path": "m.tflite", "bytes": 100}}, "quantization": None, "passes": [],
+            "equivalence": None, "memory": {"arena_bytes": 9000, "flash_bytes": 100, "activations_bytes": 8000,
+                                                    "bookkeeping_bytes": 200, "margin": 0.25, "method": "m"}}
+
+
+@pytest.mark.parametrize("kind", list(Kind), ids=[k.value for k in Kind])
+def test_a_failing_check_of_every_kind_fails_every_output(kind: Kind) -> None:
+    failing = FAILING[kind]
+    body = report([*PASSING, failing])
+    gate = verdict.Verdict.from_json(body["gate"])
+    assert gate.exit_code == 1 and [c.id for c in gate.failed] == [failing.id]
+    assert body["gate"]["verdict"] == "fail" and body["gate"]["reasons"] == [failing.sentence]
+
+    console = console_lines(body)
+    assert "gate: FAIL" in console and f"  - {failing.sentence}" in console
+    assert f"- {failing.sentence}" in to_markdown(body).splitlines()
+    outcome = Outcome(Path("p.yaml"), gate.exit_code, 1.0, body)
+    root = ET.fromstring(junit_xml([outcome]))
+    assert root.get("failures") == "1"
+    (failure,) = list(root.iter("failure"))
+    assert failure.get("message") == failing.sentence and failure.get("type") == kind.value
+    summary = summary_markdown([outcome])
+    assert summary.startswith("## edgeconv: FAIL") and failing.sentence in summary
+    annotations = [line for line in workflow_commands([outcome]) if line.startswith("::error")]
+    assert len(annotations) == 1 and annotations[0].endswith(failing.sentence.replace("%", "%25"))
+    changes = diff(report(PASSING), body)
+    assert changes["gate"] == {"old": "pass", "new": "fail", "newly_failed": [failing.id], "fixed": []}
+    assert f"- checks that newly fail: `{failing.id}`" in diff_markdown(changes)
+
+
+def test_a_passing_build_passes_every_output() -> None:
+    body = report(PASSING)
+    outcome = Outcome(Path("p.yaml"), 0, 1.0, body)
+    assert verdict.Verdict.from_json(body["gate"]).exit_code == 0
+    assert "gate: PASS" in console_lines(body)
+    assert ET.fromstring(junit_xml([outcome])).get("failures") == "0"
+    assert summary_markdown([outcome]).startswith("## edgeconv: PASS")
+    assert not [line for line in workflow_commands([outcome]) if line.startswith("::error")]
+
+
+def test_a_loosened_default_gate_is_said_everywhere_and_never_fails() -> None:
+    note = "default gate 'accuracy' disabled in p.yaml line 14 (gates.disable)"
+    body = report([*PASSING, verdict.off("0", note)])
+    assert body["gate"] == {**body["gate"], "verdict": "pass", "disabled": [note]}
+    assert f"loosened: {note}" in console_lines(body)
+    assert f"- **loosened**: {note}" in to_markdown(body).splitlines()
+    outcome = Outcome(Path("p.yaml"), 0, 1.0, body)
+    root = ET.fromstring(junit_xml([outcome]))
+    assert [s.get("message") for s in root.iter("skipped")] == [note]
+    assert note in summary_markdown([outcome])
+    assert any(line.startswith("::notice") and line.endswith(note) for line in workflow_commands([outcome]))
+
+
+def test_a_warning_is_annotated_but_does_not_fail() -> None:
+    warning = Check("calibration.min_samples", Kind.CALIBRATION, verdict.Outcome.WARN, "calibration: 10 samples")
+    body = report([*PASSING, warning])
+    assert body["gate"]["verdict"] == "pass"
+    assert any(line.startswith("::warning") for line in workflow_commands([Outcome(Path("p.yaml"), 0, 1.0, body)]))
