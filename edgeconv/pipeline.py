@@ -266,7 +266,7 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     body["onnx"] = onnx_json
     graph_io = ([i.node for i in loaded.graph.inputs], [canonical(o.tensor) for o in loaded.graph.outputs])
     return _commit(config, out_dir, tflite_name, exported.tflite, body, results, checks, limits, graph_io, files,
-                   baseline)
+                   baseline, loaded.graph.layer_names())
 
 
 def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, converter: Any, calib: SampleSet,
@@ -311,8 +311,9 @@ def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, convert
     result = measure(exported.tflite, with_float=True)
     result["data"] = samples.role
     out["parity"] = result
-    checks += parity.float_conversion_checks(result, config.verify.float_tolerance)
+    # The INT8 model's agreement first: when both fail, that is the line the user reads.
     checks += verdict.agreement_checks(result, limits)
+    checks += parity.float_conversion_checks(result, config.verify.float_tolerance, len(model.ops))
     final = [model.main.tensors[i].name for i in model.main.outputs]
     # A dequantized float output is fed by the quantized op's tensor: that op ends the model too.
     final += [op.inputs[0].name for op in model.ops if op.type == "DEQUANTIZE" and op.inputs[0] is not None
@@ -435,13 +436,28 @@ def _can_suggest(config: PipelineConfig, targets: Sequence[Target]) -> None:
 
 
 def _check_io_types(model: TFLiteModel, input_type: str, output_type: str) -> None:
-    """The .tflite must have the input/output types the report will claim."""
+    """The .tflite must have the input/output types the report will claim. A model whose output the
+    converter keeps float (an op with no quantized kernel feeds it) is a property of the model: a clear
+    error naming the output, the op and the fix, not a crash."""
     sg = model.main
+    sig = model.signatures[0] if model.signatures else None
+    names = {v: k for k, v in sig.outputs.items()} if sig else {}
+    names.update({v: k for k, v in sig.inputs.items()} if sig else {})
+    problems = []
     for which, indices, want in (("input", sg.inputs, input_type), ("output", sg.outputs, output_type)):
-        got = sorted({sg.tensors[i].dtype.value for i in indices})
-        if got != [want]:
-            raise InternalError("convert", f"the converter gave the model {'/'.join(got)} {which}s, not the "
-                                f"configured {want}")
+        for index in indices:
+            tensor = sg.tensors[index]
+            if tensor.dtype.value == want:
+                continue
+            name = names.get(index, tensor.name)
+            op = model.producer(tensor)
+            cause = f" (written by op #{op.index} {op.label} '{op.name}')" if op is not None else ""
+            fix = f"set quantization.{which}_type: {tensor.dtype.value}" + (
+                f", or replace {op.label} with an op the converter quantizes" if op is not None else "")
+            problems.append(f"the converter kept model {which} '{name}' {tensor.dtype.value}, not the configured "
+                            f"{want}{cause}: the model has an op the converter does not quantize there. Fix: {fix}")
+    if problems:
+        raise ModelError("; ".join(problems))
 
 
 def _collect(cfg: CalibrationConfig | EvaluationConfig, role: str, inputs: Sequence[TensorSpec],
@@ -502,9 +518,10 @@ def _check_existing(config: PipelineConfig, out_dir: Path, targets: list[Target]
 def _commit(config: PipelineConfig, out_dir: Path, tflite_name: str, tflite: bytes, body: dict[str, Any],
             results: tuple[TargetResult, ...], checks: list[verdict.Check], limits: verdict.Limits,
             graph_io: tuple[list[str], list[str]] | None = None, extra_files: Mapping[str, bytes] | None = None,
-            baseline: dict[str, Any] | None = None) -> BuildResult:
+            baseline: dict[str, Any] | None = None, layers: Sequence[str] = ()) -> BuildResult:
     """The verdict, computed once from every check of the build, then the output folder."""
-    all_checks = [*verdict.target_checks(results, limits), *checks, *verdict.memory_checks(body["memory"], limits)]
+    all_checks = [*verdict.target_checks(results, limits, layers), *checks,
+                  *verdict.memory_checks(body["memory"], limits)]
     body["baseline"] = None
     if baseline is not None:
         body["gate"] = verdict.Verdict(tuple(all_checks)).to_json()  # the verdict before the regression gates

@@ -158,14 +158,16 @@ def console_lines(report: Mapping[str, Any]) -> list[str]:
     the reason for every failure."""
     gate = report["gate"]
     checks = gate.get("checks", [])
-    accel = {c["target"]: c["sentence"] for c in checks if c["kind"] == "accelerator"}
+    accel = {c["target"]: c for c in checks if c["kind"] == "accelerator"}
     lines = []
     for t in report["targets"]:
         c = t["counts"]
         if t.get("error"):
             lines.append(f"{t['name']}: ERROR: {t['error']}")
         elif t["name"] in accel:
-            lines.append(f"{accel[t['name']]} [{t['verdict'].upper()}]")
+            a = accel[t["name"]]
+            verdict = "FAIL" if t["verdict"] != "pass" or a["outcome"] == "fail" else "PASS"
+            lines.append(f"{a['sentence']} [{verdict}]")
         else:
             uncertain = f", {c['uncertain']} uncertain" if c.get("uncertain") else ""
             lines.append(f"{t['name']}: {t['verdict'].upper()} ({c['supported']} supported{uncertain}, "

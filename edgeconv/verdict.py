@@ -136,8 +136,9 @@ def _fmt(value: float | None, kind: str) -> str:
 
 # -- checks of each kind ------------------------------------------------------------------------
 
-def target_checks(results: Sequence[TargetResult], limits: Limits) -> list[Check]:
-    """Each target: it runs every op; its accelerator share; the gates configured on it."""
+def target_checks(results: Sequence[TargetResult], limits: Limits, layers: Sequence[str] = ()) -> list[Check]:
+    """Each target: it runs every op; its accelerator share; the gates configured on it. ``layers`` (the
+    source model's layer names) lets the accelerator line name the layer of the op that stops it."""
     out: list[Check] = []
     for r in results:
         name = r.target.name
@@ -157,7 +158,7 @@ def target_checks(results: Sequence[TargetResult], limits: Limits) -> list[Check
         share = r.shares()["macs"]
         if r.target.accelerator:
             limit = limits.min_supported_mac_share.get(name, limits.min_accelerator_mac_share)
-            out.append(_accelerator_check(r, share, limit))
+            out.append(_accelerator_check(r, share, limit, layers))
         elif name in limits.min_supported_mac_share:
             limit = limits.min_supported_mac_share[name]
             ok = share >= limit
@@ -184,25 +185,30 @@ def target_checks(results: Sequence[TargetResult], limits: Limits) -> list[Check
     return out
 
 
-def accelerator_line(r: TargetResult) -> str:
+def accelerator_line(r: TargetResult, layers: Sequence[str] = ()) -> str:
     """The way a vendor compiler says it: how many ops and how much of the compute run on the accelerator,
-    and the first op that stops it."""
+    and the first op that stops it (with its source layer)."""
+    from .ir import source_layers
+
     n = len(r.ops)
     on = r.counts()["supported"]
     where = r.target.accelerator_name or r.target.name
     line = f"{r.target.name}: {on} of {n} ops ({r.shares()['macs']:.1%} of MACs) on the {where}"
-    first = r.first_blocking
+    first, what = r.first_blocking, "first blocking op"
     if first is None:
         first = next((o for o in r.ops if o.status is not OpStatus.SUPPORTED and o.op.subgraph == 0), None)
+        what = "first op off it"
     if first is not None and first.violations:
         reason = next((v.detail for v in first.violations if v.effect.value != "warning"), first.violations[0].detail)
-        line += f"; first op off it #{first.op.index} {first.op.type}: {reason}"
+        found = sorted({x for t in first.op.outputs for x in source_layers(t.name, layers)}) if layers else []
+        layer = f" (layer {', '.join(found)})" if found else ""
+        line += f"; {what} #{first.op.index} {first.op.type}{layer}: {reason}"
     return line
 
 
-def _accelerator_check(r: TargetResult, share: float, limit: float | None) -> Check:
+def _accelerator_check(r: TargetResult, share: float, limit: float | None, layers: Sequence[str]) -> Check:
     name = r.target.name
-    line = accelerator_line(r)
+    line = accelerator_line(r, layers)
     if limit is None:
         return Check(f"accelerator.{name}", Kind.ACCELERATOR, Outcome.WARN, line, measured=share, target=name)
     ok = share >= limit

@@ -33,6 +33,7 @@ class _Accumulator:
     noise: float = 0.0
     cosine_sum: float = 0.0
     agree: int = 0
+    reference_max: float = 0.0  # largest |value| of the reference output: the scale rounding errors grow with
 
     def add(self, want: np.ndarray, got: np.ndarray) -> None:
         want = want.astype(np.float64).reshape(want.shape[0], -1)
@@ -41,6 +42,7 @@ class _Accumulator:
         self.n += diff.size
         self.samples += want.shape[0]
         self.max_abs = max(self.max_abs, float(diff.max()))
+        self.reference_max = max(self.reference_max, float(np.abs(want).max()))
         self.sum_abs += float(diff.sum())
         self.signal += float(np.sum(want ** 2))
         self.noise += float(np.sum((want - got) ** 2))
@@ -54,6 +56,7 @@ class _Accumulator:
         # No noise at all: SQNR is unbounded, written as null (JSON has no infinity).
         sqnr = 10 * math.log10(self.signal / self.noise) if self.noise > 0 and self.signal > 0 else None
         return {"max_abs_error": self.max_abs, "mean_abs_error": self.sum_abs / max(self.n, 1),
+                "reference_max_abs": self.reference_max,
                 "cosine": self.cosine_sum / max(self.samples, 1), "sqnr_db": sqnr,
                 "top1_agreement": self.agree / max(self.samples, 1) if classifier else None}
 
@@ -95,10 +98,32 @@ def measure(reference: Run, candidates: Mapping[str, Run], batches: Iterable[dic
     return out
 
 
-def float_conversion_checks(parity: Mapping[str, Any], tolerance: float) -> list[Check]:
-    """The float .tflite must compute what the source model computes."""
-    worst = max(per["tflite_float"]["max_abs_error"] for per in parity["outputs"].values())
-    return [simple("conversion.float_tflite", Kind.CONVERSION, worst <= tolerance,
-                   f"the float .tflite differs from the source model by {worst:.3g}"
-                   + (f" (> verify.float_tolerance {tolerance:g}): a conversion bug, not quantization"
-                      if worst > tolerance else ""), worst, tolerance)]
+# float32 rounding: the relative error of one op is at most 2^-24; over a graph it can add up along
+# the depth, at the scale of the values (measured: a 151-op pose model's float .tflite differs from TF
+# by 2.05e-05, XNNPACK's by 3.7e-05, at outputs of a few units). Four times eps x ops x scale bounds it.
+FLOAT32_EPS = 2.0 ** -23
+
+
+def rounding_bound(ops: int, scale: float) -> float:
+    """What float32 rounding alone can change in an output of this scale after ``ops`` ops."""
+    return 4 * FLOAT32_EPS * max(ops, 1) * max(scale, 1.0)
+
+
+def float_conversion_checks(parity: Mapping[str, Any], tolerance: float, ops: int = 1) -> list[Check]:
+    """The float .tflite must compute what the source model computes, up to verify.float_tolerance or the
+    float32 rounding of a graph this deep at this output scale, whichever is larger: rounding is never
+    blamed on the conversion."""
+    out = []
+    for name, per in parity["outputs"].items():
+        m = per["tflite_float"]
+        worst = m["max_abs_error"]
+        bound = rounding_bound(ops, m.get("reference_max_abs", 0.0))
+        limit = max(tolerance, bound)
+        why = (f"verify.float_tolerance {tolerance:g}" if limit == tolerance else
+               f"the float32 rounding bound {bound:.3g} of {ops} ops at output scale "
+               f"{m.get('reference_max_abs', 0.0):.3g}")
+        out.append(simple(f"conversion.float_tflite.{name}", Kind.CONVERSION, worst <= limit,
+                          f"output {name!r}: the float .tflite differs from the source model by {worst:.3g}"
+                          + (f" (> {why}): a conversion bug, not quantization" if worst > limit else
+                             f" (within {why})"), worst, limit))
+    return out

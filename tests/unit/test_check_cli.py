@@ -43,7 +43,7 @@ def test_json_is_the_report_targets_section_and_keeps_custom_codes() -> None:
      "gate: target edgetpu: 8 op(s) fall back to the CPU, more than gates.max_cpu_fallback_ops.edgetpu = 0; first "
      "blocking op #64 RESIZE_BILINEAR"),
     (["--target", "edgetpu", "--min-mac-share", "0.9"], 1,
-     "gate: edgetpu: 64 of 72 ops (82.9% of MACs) on the Edge TPU; first op off it #64 RESIZE_BILINEAR: "
+     "gate: edgetpu: 64 of 72 ops (82.9% of MACs) on the Edge TPU; first blocking op #64 RESIZE_BILINEAR: "
      "align_corners=True resizing 1x1 to 33x33; less than the 90% of MACs the gate requires "
      "(gates.min_supported_mac_share.edgetpu)"),
     (["--target", "edgetpu", "--min-mac-share", "0.8287"], 0,  # just inside the measured 0.82871
