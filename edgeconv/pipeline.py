@@ -251,8 +251,16 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
         equivalence["max_abs_diff"], equivalence["tolerance"]))
     if cal_cfg is not None:
         checks += verdict.calibration_checks(warnings, limits)
-    verification = _verify(config, loaded, reference, converter, calib, evaluation, exported, model,
-                           suggest_keep_float, progress, checks, limits)
+    # Before any verdict, the built model must run on every sample the build has.
+    from .verify import invoke
+
+    sets = [(calib.role, calib.batches(batch)), *([("evaluation", evaluation.batches(batch))] if evaluation else [])]
+    runs = invoke.invoke_all(exported.tflite, sets, loaded.graph.layer_names())
+    checks.append(verdict.simple("runtime.invoke", verdict.Kind.RUNTIME, not runs["failed"], invoke.sentence(runs),
+                                 runs["failed"], 0))
+    verification = (_verify(config, loaded, reference, converter, calib, evaluation, exported, model,
+                            suggest_keep_float, progress, checks, limits) if not runs["failed"] else
+                    {"parity": None, "culprits": None, "keep_float_suggestion": None})
     onnx_files, onnx_json = (_onnx(config, graph, reference, exported.tflite, model, evaluation or calib, work,
                                    checks) if config.output.onnx is not None else ({}, None))
     source = _model_json(config, out_dir, loaded.format, loaded.framework, loaded.graph.inputs,
@@ -263,6 +271,7 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
                    _data_json(evaluation, out_dir) if evaluation is not None else None)
     files = {**_firmware(config, model, exported.tflite, evaluation, batch, body), **onnx_files}
     body.update(verification)
+    body["invoke"] = runs
     body["onnx"] = onnx_json
     graph_io = ([i.node for i in loaded.graph.inputs], [canonical(o.tensor) for o in loaded.graph.outputs])
     return _commit(config, out_dir, tflite_name, exported.tflite, body, results, checks, limits, graph_io, files,

@@ -43,6 +43,7 @@ class Kind(enum.Enum):
     AGREEMENT = "agreement"  # the built model against the float model (SQNR, top-1 agreement, cosine)
     ACCURACY = "accuracy"  # task accuracy against the labels
     CONVERSION = "conversion"  # the passes and the float conversions compute what the source model does
+    RUNTIME = "runtime"  # the built model runs on every calibration and evaluation sample
     MEMORY = "memory"  # arena and flash limits
     REGRESSION = "regression"  # against a baseline report
 

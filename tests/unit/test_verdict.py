@@ -38,6 +38,9 @@ FAILING = {
     Kind.CONVERSION: Check("conversion.passes", Kind.CONVERSION, verdict.Outcome.FAIL,
                            "the passes changed the outputs: max abs difference 0.5 > verify.pass_tolerance 1e-05",
                            0.5, 1e-5),
+    Kind.RUNTIME: Check("runtime.invoke", Kind.RUNTIME, verdict.Outcome.FAIL,
+                        "the built model fails to run on 3 of 200 samples at op #4 DIV: div.cc:262 data[i] != "
+                        "zero_point was not true. Likely fix: add a small epsilon", 3, 0),
     Kind.MEMORY: Check("memory.arena_bytes", Kind.MEMORY, verdict.Outcome.FAIL,
                        "estimated tensor arena 9,000 bytes > gates.max_arena_bytes 8,000", 9000, 8000),
     Kind.REGRESSION: Check("regression.0", Kind.REGRESSION, verdict.Outcome.FAIL,

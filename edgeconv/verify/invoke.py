@@ -1,0 +1,75 @@
+"""Run the built model on every calibration and evaluation sample before any verdict.
+
+A model that converts can still fail to run on real data: TFLite's int8 DIV stops on a divisor that
+quantizes to its zero point (``div.cc: data[i] != zero_point was not true``), as a spectrogram front end
+dividing by (max - min) does on quiet windows. Such a model must not pass, and it is the model's
+property, not an internal error: this names the op, its layer, how many samples failed and the
+likely fix. Cheap next to calibration (one interpreter call per batch).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..ir import source_layers
+from .runner import TFLiteRunner
+
+_NODE = re.compile(r"Node number (\d+) \((\w+)\) failed to (invoke|prepare)")
+FIXES = {
+    "DIV": "the divisor quantizes to zero on these inputs: add a small epsilon to it before dividing, or keep the "
+           "DIV in float (quantization.keep_float)",
+}
+
+
+def invoke_all(tflite: bytes, data: Iterable[tuple[str, Iterable[Mapping[str, np.ndarray]]]],
+               layers: Sequence[str]) -> dict[str, Any]:
+    """Every batch of every sample set through the built model; what failed and where."""
+    runner = TFLiteRunner(tflite)
+    total = failed = 0
+    first: str | None = None
+    per_set: dict[str, dict[str, int]] = {}
+    for role, batches in data:
+        done = bad = 0
+        for feeds in batches:
+            size = len(next(iter(feeds.values())))
+            done += size
+            try:
+                runner.run(feeds)
+            except RuntimeError as exc:
+                bad += size
+                first = first or str(exc)
+        per_set[role] = {"samples": done, "failed": bad}
+        total, failed = total + done, failed + bad
+    out: dict[str, Any] = {"samples": total, "failed": failed, "per_set": per_set, "error": None, "op": None}
+    if first is not None:
+        out["error"] = " ".join(first.split())[:300].rstrip(".").replace("true.Node", "true. Node")
+        found = _NODE.search(first)
+        if found:
+            index, op_type = int(found.group(1)), found.group(2)
+            op = next((o for o in runner.model.ops if o.subgraph == 0 and o.index == index), None)
+            names = [t.name for t in op.outputs] if op is not None else []
+            out["op"] = {"index": index, "type": op_type, "name": names[0] if names else "",
+                         "source_layers": sorted({x for n in names for x in source_layers(n, layers)}),
+                         "fix": FIXES.get(op_type, f"check the range of the {op_type} inputs on these samples, or "
+                                                    f"keep the {op_type} in float (quantization.keep_float)")}
+    return out
+
+
+def sentence(result: Mapping[str, Any]) -> str:
+    """One line: how many samples fail, at which op and layer, and the likely fix."""
+    if not result["failed"]:
+        return f"the built model runs on all {result['samples']} calibration and evaluation samples"
+    op = result["op"]
+    where = ""
+    fix = "check the model on these inputs"
+    if op is not None:
+        layer = (f" (layer {', '.join(op['source_layers'])})" if op["source_layers"] else
+                 f" ('{op['name']}')" if op.get("name") else "")
+        where = f" at op #{op['index']} {op['type']}{layer}"
+        fix = op["fix"]
+    return (f"the built model fails to run on {result['failed']} of {result['samples']} samples{where}: "
+            f"{result['error']}. Likely fix: {fix}")

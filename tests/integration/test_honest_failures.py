@@ -1,0 +1,44 @@
+"""Failing honestly on what the model or the data causes (issue 20): a model that does not run on real
+inputs fails the build (exit 1) naming the op, its layer, how many samples and the fix; never exit 3."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeconv.cli import main
+
+
+def test_a_model_whose_int8_div_aborts_on_real_inputs_fails_naming_the_op(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A front end that divides by (max - min): on a quiet (constant) window the divisor quantizes to the
+    zero point and TFLite's int8 DIV refuses to run."""
+    import keras
+
+    inp = keras.Input((16,), name="frame")
+    lo = keras.ops.min(inp, axis=1, keepdims=True)
+    hi = keras.ops.max(inp, axis=1, keepdims=True)
+    norm = keras.layers.Activation("linear", name="normalize")(keras.ops.divide(inp - lo, hi - lo))
+    keras.Model(inp, keras.layers.Dense(3, name="head")(norm)).save(tmp_path / "m.keras")
+    rng = np.random.default_rng(0)
+    frames = rng.uniform(-1, 1, (60, 16)).astype(np.float32)
+    frames[::20] = 0.25  # 3 quiet windows
+    np.savez(tmp_path / "cal.npz", frame=rng.uniform(-1, 1, (50, 16)).astype(np.float32))
+    np.savez(tmp_path / "eval.npz", frame=frames)
+    (tmp_path / "p.yaml").write_text("version: 1\nmodel: {path: m.keras}\ncalibration: {path: cal.npz, samples: 50}\n"
+                                     "evaluation: {path: eval.npz}\ntargets: [arm-neon]\n")
+    assert main(["build", str(tmp_path / "p.yaml")]) == 1
+    out = capsys.readouterr().out
+    report = json.loads((tmp_path / "build" / "m" / "report.json").read_text())
+    (check,) = [c for c in report["gate"]["checks"] if c["id"] == "runtime.invoke"]
+    assert check["outcome"] == "fail" and check["measured"] == 3
+    assert check["sentence"].startswith("the built model fails to run on 3 of 110 samples at op #")
+    assert " DIV" in check["sentence"] and "Likely fix: the divisor quantizes to zero on these inputs" in \
+        check["sentence"]
+    assert report["invoke"]["per_set"] == {"calibration": {"samples": 50, "failed": 0},
+                                           "evaluation": {"samples": 60, "failed": 3}}
+    assert f"  - {check['sentence']}" in out.splitlines()
+    assert report["parity"] is None  # nothing is compared on a model that does not run
