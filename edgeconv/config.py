@@ -101,6 +101,24 @@ def _parse_bind(node: yaml.Node, key: str, ctx: Ctx) -> Any:
     return types.MappingProxyType(out) if len(out) == len(node.value) else INVALID
 
 
+OUTPUT_KINDS = ("classification", "regression")
+
+
+def _parse_output_kinds(node: yaml.Node, key: str, ctx: Ctx) -> Any:
+    """Model output name -> classification | regression."""
+    if not isinstance(node, yaml.MappingNode):
+        return ctx.error(node, key, "expected a mapping of model output name to classification or regression")
+    out: dict[str, str] = {}
+    for k, v in node.value:
+        value = v.value if isinstance(v, yaml.ScalarNode) else None
+        if value not in OUTPUT_KINDS:
+            ctx.error(v, f"{key}.{k.value}", f"unknown output kind {_yaml_text(v)} (allowed: "
+                      f"{allowed_list(OUTPUT_KINDS)}){did_you_mean(str(value), OUTPUT_KINDS)}")
+            continue
+        out[str(k.value)] = str(value)
+    return types.MappingProxyType(out) if len(out) == len(node.value) else INVALID
+
+
 def _yaml_text(node: yaml.Node) -> str:
     return repr(node.value) if isinstance(node, yaml.ScalarNode) else "a collection"
 
@@ -184,8 +202,15 @@ class VerifyConfig:
     float_tolerance: float = setting(
         "Largest absolute output difference allowed between the float .tflite and the source model; more is a "
         "conversion bug and fails the build.", default=1e-5, minimum=0.0)
-    culprits: int = setting("How many of the layers that add the most quantization error the report lists (0: no "
-                            "layer analysis).", default=5, minimum=0)
+    culprits: int = setting("How many of the ops that add the most quantization error the report lists (0: no "
+                            "per-op analysis: it runs TF's QuantizationDebugger on the evaluation data, a large "
+                            "part of the build time on big models).", default=5, minimum=0)
+    outputs: Mapping[str, str] = setting(
+        "Kind of each model output: classification (top-1 agreement and accuracy are measured) or regression "
+        "(boxes, landmarks, embeddings: SQNR, cosine and max error only). Default: classification for an "
+        "output of class scores (one vector per sample of non-negative values summing to 1, or the output "
+        "the evaluation labels score), regression otherwise.", factory=dict, parse=_parse_output_kinds,
+        json_schema=lambda: {"type": "object", "additionalProperties": {"enum": list(OUTPUT_KINDS)}})
     suggest_keep_float: bool = setting(
         "Try keeping the worst layers in float, one more at a time, until the parity gates pass (targets must "
         "allow float ops); also edgeconv build --suggest-keep-float.", default=False)

@@ -29,7 +29,7 @@ from .config import GatesConfig, ModelFormat, PipelineConfig, gate_limits, insta
 from .converters.model import LoadedModel
 from .converters.tflite_reader import TFLiteModel, parse_tflite, read_tflite
 from .diff import diff, load_report, regressions
-from .errors import ConfigError, InternalError, ModelError, rel
+from .errors import ConfigError, InternalError, ModelError, did_you_mean, rel
 from .ir import FrozenGraph, TensorSpec
 from .passes import PassResult
 from .passes.graph import canonical
@@ -299,6 +299,10 @@ def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, convert
     float_tflite = exported.float_tflite  # converted with the build, in the same worker
     assert float_tflite is not None, "the build converts the float reference when parity is on"
     shapes = {o.name: tuple(o.shape) for o in loaded.graph.outputs}
+    unknown = sorted(set(config.verify.outputs) - set(shapes))
+    if unknown:
+        raise ConfigError([f"{rel(config.source)}: verify.outputs: {name!r} is not a model output (outputs: "
+                           f"{', '.join(shapes)}){did_you_mean(name, shapes)}" for name in unknown])
     labels = samples.label_values() if samples.labels else None
 
     # The source model's outputs, batch by batch: computed once, compared again by every keep-float trial.
@@ -315,7 +319,7 @@ def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, convert
                 source_outputs.append(reference(feeds))
             return source_outputs[k]
 
-        return parity.measure(source, runs, samples.batches(batch), shapes, labels)
+        return parity.measure(source, runs, samples.batches(batch), shapes, labels, config.verify.outputs)
 
     result = measure(exported.tflite, with_float=True)
     result["data"] = samples.role

@@ -34,6 +34,7 @@ class _Accumulator:
     cosine_sum: float = 0.0
     agree: int = 0
     reference_max: float = 0.0  # largest |value| of the reference output: the scale rounding errors grow with
+    scores: bool = True  # every reference row so far is a vector of class probabilities
 
     def add(self, want: np.ndarray, got: np.ndarray) -> None:
         want = want.astype(np.float64).reshape(want.shape[0], -1)
@@ -43,6 +44,8 @@ class _Accumulator:
         self.samples += want.shape[0]
         self.max_abs = max(self.max_abs, float(diff.max()))
         self.reference_max = max(self.reference_max, float(np.abs(want).max()))
+        self.scores = self.scores and want.shape[1] > 1 and bool(
+            np.all(want >= -1e-6) and np.all(np.abs(want.sum(1) - 1.0) < 1e-3))
         self.sum_abs += float(diff.sum())
         self.signal += float(np.sum(want ** 2))
         self.noise += float(np.sum((want - got) ** 2))
@@ -67,11 +70,17 @@ def is_classifier(shape: tuple[int, ...]) -> bool:
 
 
 def measure(reference: Run, candidates: Mapping[str, Run], batches: Iterable[dict[str, np.ndarray]],
-            output_shapes: Mapping[str, tuple[int, ...]], labels: np.ndarray | None) -> dict[str, Any]:
-    """Compare every candidate with the reference, output by output, on the same batches."""
+            output_shapes: Mapping[str, tuple[int, ...]], labels: np.ndarray | None,
+            kinds: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Compare every candidate with the reference, output by output, on the same batches. ``kinds`` says
+    which outputs are classification (top-1 agreement, accuracy) and which regression; an output not
+    named is classification when it holds class probabilities, or is the one the labels score."""
+    kinds = kinds or {}
     acc = {c: {o: _Accumulator() for o in output_shapes} for c in candidates}
     hits = {c: 0 for c in ("source", *candidates)}
-    scored = next((o for o, s in output_shapes.items() if is_classifier(s)), None)
+    declared = [o for o in output_shapes if kinds.get(o) == "classification"]
+    scored = declared[0] if declared else next(
+        (o for o, s in output_shapes.items() if is_classifier(s) and kinds.get(o) != "regression"), None)
     seen = 0
     for feeds in batches:
         want = reference(feeds)
@@ -86,9 +95,20 @@ def measure(reference: Run, candidates: Mapping[str, Run], batches: Iterable[dic
             if truth is not None and scored is not None:
                 hits[c] += int(np.sum(got[scored].reshape(size, -1).argmax(1) == truth))
         seen += size
+    first = next(iter(candidates), None)
+
+    def kind(o: str, shape: tuple[int, ...]) -> str:
+        if o in kinds:
+            return kinds[o]
+        looks = is_classifier(shape) and first is not None and acc[first][o].scores
+        return "classification" if looks or (labels is not None and o == scored) else "regression"
+
+    found = {o: kind(o, s) for o, s in output_shapes.items()}
     out: dict[str, Any] = {
         "samples": seen,
-        "outputs": {o: {c: acc[c][o].result(is_classifier(s)) for c in candidates} for o, s in output_shapes.items()},
+        "kinds": found,
+        "outputs": {o: {c: acc[c][o].result(found[o] == "classification") for c in candidates}
+                    for o in output_shapes},
         "accuracy": None,
     }
     if labels is not None and scored is not None and seen:

@@ -81,7 +81,7 @@ def test_resolved_pipeline_round_trips(project: Path) -> None:
     data = yaml.safe_load(resolved.read_text())
     assert data["passes"] == [{"name": "strip-training"}]
     assert data["verify"] == {"pass_tolerance": 1e-05, "pass_samples": 8, "parity": True, "float_tolerance": 1e-05,
-                              "culprits": 5, "suggest_keep_float": False, "max_keep_float": 5}
+                              "culprits": 5, "outputs": {}, "suggest_keep_float": False, "max_keep_float": 5}
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -91,6 +91,12 @@ def test_resolved_pipeline_round_trips(project: Path) -> None:
     (MINIMAL.replace("  path: cal.npz", "  path: cal.npz\n  sample: 10"),
      "p.yaml:6: calibration: unknown key 'sample' (allowed: columns, expected_range, features, function, input, "
      "min_samples, path, preprocess, samples, seed, source, stride, trust_code, window); did you mean 'samples'?"),
+    (MINIMAL + "verify: {outputs: {boxes: regresion}}\n",
+     "p.yaml:6: verify.outputs.boxes: unknown output kind 'regresion' (allowed: classification, regression); did "
+     "you mean 'regression'?"),
+    (MINIMAL + "gates: {disable: [acuracy]}\n",
+     "p.yaml:6: gates.disable[0]: unknown default gate 'acuracy' (allowed: accelerator, accuracy, agreement, "
+     "calibration); did you mean 'accuracy'?"),
     (MINIMAL + "targets: [generic-int9]\n",
      f"p.yaml:6: targets[0]: unknown target 'generic-int9' (allowed: {TARGET_CHOICES}); did you mean 'generic-int8'?"),
     (MINIMAL + "passes: [strip-trainig]\n",

@@ -224,3 +224,29 @@ def test_activation_plan(name: str, activations: int) -> None:
 ])
 def test_c_values_keep_what_the_model_gave(value: Any, ctype: str, text: str) -> None:
     assert firmware._c_value(value, ctype) == text
+
+
+def _measure(reference: np.ndarray, built: np.ndarray, kinds: dict[str, str] | None = None,
+             labels: np.ndarray | None = None) -> dict[str, Any]:
+    return parity.measure(lambda feeds: {"y": reference}, {"built": lambda feeds: {"y": built}},
+                          [{"x": np.zeros((len(reference), 1))}], {"y": reference.shape}, labels, kinds)
+
+
+BOXES = np.array([[0.1, 0.2, 0.5, 0.9], [0.3, 0.1, 0.8, 0.4], [0.0, 0.0, 0.2, 0.7]])
+PROBS = np.array([[0.1, 0.7, 0.2], [0.6, 0.3, 0.1], [0.2, 0.2, 0.6]])
+
+
+@pytest.mark.parametrize(("reference", "kinds", "labels", "kind"), [
+    (BOXES, None, None, "regression"),  # box coordinates: top-1 agreement would mean nothing
+    (PROBS, None, None, "classification"),  # class probabilities
+    (BOXES * 3 - 1, None, np.array([0, 1, 2]), "classification"),  # logits the labels score
+    (BOXES, {"y": "classification"}, None, "classification"),  # declared in verify.outputs
+    (PROBS, {"y": "regression"}, None, "regression"),
+])
+def test_metrics_follow_the_output_kind(reference: np.ndarray, kinds: dict[str, str] | None,
+                                        labels: np.ndarray | None, kind: str) -> None:
+    result = _measure(reference, reference[:, ::-1].copy(), kinds, labels)
+    assert result["kinds"] == {"y": kind}
+    top1 = result["outputs"]["y"]["built"]["top1_agreement"]
+    assert (top1 is None) is (kind == "regression")
+    assert result["outputs"]["y"]["built"]["cosine"] is not None
