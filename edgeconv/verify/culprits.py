@@ -26,10 +26,25 @@ def rank(layers: Sequence[Mapping[str, Any]], layer_names: Sequence[str],
     final = set(outputs)
     ranked = sorted(layers, key=lambda r: (-round(0.0 if r["tensor"] in final else r["erased"], 3),
                                            r["sqnr_db"] if r["sqnr_db"] is not None else float("inf")))
+    where = [source_layers(r["tensor"], layer_names) for r in ranked]
+    if len(ranked) > 1 and all(w == where[0] for w in where):
+        # One name scope covers the whole graph (a TF1 model under its model name): it tells the ops
+        # apart by nothing. Name each op by its own scope path below what they all share.
+        where = distinct_scopes([r["tensor"] for r in ranked])
     return [{"rank": i + 1, "op": r["op"], "tensor": r["tensor"],
-             "source_layers": source_layers(r["tensor"], layer_names), "model_output": r["tensor"] in final,
+             "source_layers": w, "model_output": r["tensor"] in final,
              "erased": r["erased"], "sqnr_db": r["sqnr_db"], "rmse_per_scale": r["rmse_per_scale"],
-             "scale": r["scale"]} for i, r in enumerate(ranked)]
+             "scale": r["scale"]} for i, (r, w) in enumerate(zip(ranked, where))]
+
+
+def distinct_scopes(tensors: Sequence[str]) -> list[list[str]]:
+    """Each tensor's scope path (its first fused name, without the op's own last part) below the scopes
+    every tensor shares; the whole name when nothing is left."""
+    paths = [t.split(";")[0].split("/") for t in tensors]
+    shared = 0
+    while all(len(p) > shared + 1 for p in paths) and len({p[shared] for p in paths}) == 1:
+        shared += 1
+    return [["/".join(p[shared:-1]) or "/".join(p)] for p in paths]
 
 
 def keep_float_pattern(tensor: str) -> str:

@@ -250,3 +250,15 @@ def test_metrics_follow_the_output_kind(reference: np.ndarray, kinds: dict[str, 
     top1 = result["outputs"]["y"]["built"]["top1_agreement"]
     assert (top1 is None) is (kind == "regression")
     assert result["outputs"]["y"]["built"]["cosine"] is not None
+
+
+def test_a_scope_covering_the_whole_graph_does_not_name_every_op() -> None:
+    """A TF1 graph under one model scope: every op would be 'Openpose'; name the deeper scope instead."""
+    rows = [{"op": op, "tensor": t, "erased": e, "sqnr_db": 10.0, "rmse_per_scale": 0.3, "scale": 0.1}
+            for op, t, e in [("CONV_2D", "Openpose/MobilenetV1/Conv2d_3/Relu6", 0.2),
+                             ("CONV_2D", "Openpose/paf/stage1/Conv2D;Openpose/paf/stage1/BiasAdd", 0.1),
+                             ("ADD", "Openpose/heat/add", 0.0)]]
+    ranked = culprits.rank(rows, ["Openpose"])
+    assert [r["source_layers"] for r in ranked] == [["MobilenetV1/Conv2d_3"], ["paf/stage1"], ["heat"]]
+    distinct = culprits.rank(rows, ["MobilenetV1", "paf", "heat"])  # layers that tell them apart: kept
+    assert [r["source_layers"] for r in distinct] == [["MobilenetV1"], ["paf"], ["heat"]]
