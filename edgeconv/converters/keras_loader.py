@@ -68,12 +68,15 @@ def _load(path: Path, fmt: str) -> Any:
         raise ModelError(f"{shown}: cannot load the Keras model: {first}") from None
 
 
-def _declared_inputs(model: Any, path: Path) -> list[tuple[str, tuple[int | None, ...], str]]:
+def _declared_inputs(model: Any, path: Path, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+                     ) -> list[tuple[str, tuple[int | None, ...], str]]:
     """(name, shape, dtype) of each model input.
 
     A functional model has symbolic inputs named by its InputLayers. A subclassed
     model has none; its build config holds the shape it was built with, and its
-    ``call()`` argument names the input.
+    ``call()`` argument names the input. A model built with its default ``build()``
+    argument records no shape (``shapes_dict: {}``): then the pipeline's
+    ``model.input_shapes`` tells it, else the shape its first layer was built with.
     """
     import inspect
 
@@ -85,16 +88,28 @@ def _declared_inputs(model: Any, path: Path) -> list[tuple[str, tuple[int | None
         return [(_input_name(t), tuple(t.shape), keras.backend.standardize_dtype(t.dtype)) for t in model.inputs]
     config = model.get_build_config() if model.built else None
     shape = (config or {}).get("input_shape")
-    if not shape or not isinstance(shape, (list, tuple)) or not all(isinstance(d, (int, type(None))) for d in shape):
-        raise ModelError(f"{rel(path)}: the subclassed model has no recorded single input shape (it was saved "
-                         "without being built, or takes several inputs); call it once on a real batch before "
-                         "saving, or save a functional model")
     params = [p for p in inspect.signature(model.call).parameters.values()
               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"]
     name = params[0].name if params else "input"
+    given = dict(input_shapes or {})
+    if not _is_shape(shape) and len(given) == 1:
+        name, shape = next(iter(given.items()))
+    if not _is_shape(shape):
+        first = next(iter(model._flatten_layers(include_self=False, recursive=False)), None)
+        built = first.get_build_config() if first is not None and getattr(first, "built", False) else None
+        shape = (built or {}).get("input_shape")
+    if not _is_shape(shape):
+        raise ModelError(f"{rel(path)}: the subclassed model records no input shape (built with build()'s default "
+                         "argument, or never built) and its first layer tells none; give it in the pipeline: "
+                         f"model.input_shapes: {{{name}: [1, ...]}}, or save a functional model")
+    assert shape is not None
     # The batch the model happened to be built with is not part of the model.
     return [(name, (None, *shape[1:]), keras.backend.standardize_dtype(getattr(model, "input_dtype", None)
                                                                           or "float32"))]
+
+
+def _is_shape(shape: Any) -> bool:
+    return bool(shape) and isinstance(shape, (list, tuple)) and all(isinstance(d, (int, type(None))) for d in shape)
 
 
 def _input_name(tensor: Any) -> str:
@@ -127,7 +142,7 @@ def graph_from_keras(path: Path, *, batch_size: int, input_shapes: Mapping[str, 
 
     import_custom_modules(custom_modules, base_dir or path.parent)
     model = _load(path, fmt)
-    declared = _declared_inputs(model, path)
+    declared = _declared_inputs(model, path, input_shapes)
     in_names = [n for n, _, _ in declared]
     shapes = pin_shapes([(n, s) for n, s, _ in declared], batch_size=batch_size, input_shapes=input_shapes)
     dtypes = {n: d for n, _, d in declared}

@@ -42,3 +42,56 @@ def test_a_model_whose_int8_div_aborts_on_real_inputs_fails_naming_the_op(tmp_pa
                                            "evaluation": {"samples": 60, "failed": 3}}
     assert f"  - {check['sentence']}" in out.splitlines()
     assert report["parity"] is None  # nothing is compared on a model that does not run
+
+
+FACE = '''
+import keras
+from keras import layers
+
+
+@keras.saving.register_keras_serializable(package="face")
+class Face(keras.Model):
+    """Built with build()'s default argument, as a popular face-detection package does."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.conv = layers.Conv2D(4, 3, name="conv")
+        self.pool = layers.GlobalAveragePooling2D(name="pool")
+        self.head = layers.Dense(2, name="head")
+
+    def build(self, input_shape=(None, 24, 24, 3)):
+        self.conv.build(input_shape)
+        self.head.build((None, 4))
+
+    def call(self, image):
+        return self.head(self.pool(self.conv(image)))
+'''
+
+
+@pytest.mark.parametrize("shapes", ["", "  input_shapes: {image: [1, 24, 24, 3]}\n"])
+def test_a_subclassed_model_built_with_its_default_argument_loads(tmp_path: Path, shapes: str) -> None:
+    import sys
+
+    import keras
+
+    (tmp_path / "face.py").write_text(FACE)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import face
+
+        keras.utils.set_random_seed(0)
+        model = face.Face()
+        model.build()
+        assert model.get_build_config() == {"shapes_dict": {}}
+        model.save(tmp_path / "face.keras")
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("face", None)
+    t = np.linspace(0, 1, 40 * 24 * 24 * 3).reshape(40, 24, 24, 3)
+    np.savez(tmp_path / "cal.npz", image=np.sin(6 * t).astype(np.float32) * 0.5 + 0.5)
+    (tmp_path / "p.yaml").write_text("version: 1\nmodel:\n  path: face.keras\n  custom_modules: [face]\n" + shapes
+                                     + "calibration: {path: cal.npz, samples: 40}\ntargets: [arm-neon]\n")
+    assert main(["build", str(tmp_path / "p.yaml"), "-q"]) in (0, 1)
+    report = json.loads((tmp_path / "build" / "face" / "report.json").read_text())
+    assert report["model"]["inputs"] == [{"name": "image", "shape": [1, 24, 24, 3], "dtype": "float32"}]
+    assert report["equivalence"]["passed"]
