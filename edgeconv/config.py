@@ -10,6 +10,7 @@ import dataclasses
 import enum
 import importlib.util
 import json
+import re
 import types
 from collections.abc import Mapping
 from pathlib import Path
@@ -83,6 +84,8 @@ MODEL_KEY_FORMATS: dict[str, tuple[ModelFormat, ...]] = {
     "inputs": (ModelFormat.GRAPHDEF,),
     "outputs": (ModelFormat.GRAPHDEF,),
     "custom_modules": (ModelFormat.KERAS, ModelFormat.H5),
+    "custom_objects": (ModelFormat.KERAS, ModelFormat.H5),
+    "trust_code": (ModelFormat.KERAS, ModelFormat.H5),
 }
 
 
@@ -102,6 +105,21 @@ def _parse_bind(node: yaml.Node, key: str, ctx: Ctx) -> Any:
 
 
 OUTPUT_KINDS = ("classification", "regression")
+_OBJECT_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+def _parse_custom_objects(node: yaml.Node, key: str, ctx: Ctx) -> Any:
+    """Class name -> 'module:Class'."""
+    if not isinstance(node, yaml.MappingNode):
+        return ctx.error(node, key, "expected a mapping of class name to 'module:Class'")
+    out: dict[str, str] = {}
+    for k, v in node.value:
+        value = v.value if isinstance(v, yaml.ScalarNode) else None
+        if not isinstance(value, str) or not _OBJECT_REF.match(value):
+            ctx.error(v, f"{key}.{k.value}", f"expected 'module:Class', got {_yaml_text(v)}")
+            continue
+        out[str(k.value)] = value
+    return types.MappingProxyType(out) if len(out) == len(node.value) else INVALID
 
 
 def _parse_output_kinds(node: yaml.Node, key: str, ctx: Ctx) -> Any:
@@ -151,8 +169,16 @@ class ModelConfig:
         "dimension.", factory=dict)
     custom_modules: tuple[str, ...] = setting(
         "Python modules to import before loading, so custom Keras classes (registered with "
-        "@keras.saving.register_keras_serializable) are found; looked up next to the pipeline file.",
-        factory=tuple)
+        "@keras.saving.register_keras_serializable) are found; looked up next to the pipeline file. "
+        "Needs trust_code: true.", factory=tuple)
+    custom_objects: Mapping[str, str] = setting(
+        "Custom Keras classes the package never registered, by the class name the model file uses: "
+        "{ClassName: 'module:Class'} (module looked up next to the pipeline file). Needs trust_code: true.",
+        factory=dict, parse=_parse_custom_objects,
+        json_schema=lambda: {"type": "object", "additionalProperties": {"type": "string",
+                                                                        "pattern": "^[\\w.]+:[\\w.]+$"}})
+    trust_code: bool = setting("Run code from the pipeline's folder to load the model (custom_modules, "
+                               "custom_objects).", default=False)
 
     def resolved_format(self) -> ModelFormat:
         if self.format is not ModelFormat.AUTO:
@@ -615,7 +641,11 @@ def _check_model(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
             ctx.error(at_path, "model.path", f"{shown!r} is not a SavedModel folder (no saved_model.pb in it)")
     elif model.path.is_dir():
         ctx.error(at_path, "model.path", f"{shown!r} is a folder; a {fmt.value} model is a file")
-    for key in ("inputs", "outputs", "bind", "custom_modules"):
+    for key in ("custom_modules", "custom_objects"):
+        if getattr(model, key) and not model.trust_code:
+            ctx.error(_node_at(root, "model", key), f"model.{key}", "runs code from the pipeline's folder; set "
+                      "model.trust_code: true if you trust that code")
+    for key in ("inputs", "outputs", "bind", "custom_modules", "custom_objects"):
         formats = MODEL_KEY_FORMATS[key]
         if getattr(model, key) and fmt not in formats:
             kinds = " and ".join(f.value for f in formats)

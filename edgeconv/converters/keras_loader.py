@@ -34,7 +34,27 @@ def import_custom_modules(modules: Sequence[str], base_dir: Path) -> None:
         sys.path.remove(str(base_dir))
 
 
-def _load(path: Path, fmt: str) -> Any:
+def custom_object_classes(objects: Mapping[str, str], base_dir: Path) -> dict[str, Any]:
+    """{ClassName: 'module:Class'} -> the classes, imported from next to the pipeline file."""
+    out = {}
+    sys.path.insert(0, str(base_dir))
+    try:
+        for name, ref in objects.items():
+            module_name, _, attr = ref.partition(":")
+            try:
+                found: Any = importlib.import_module(module_name)
+                for part in attr.split("."):
+                    found = getattr(found, part)
+            except (ImportError, AttributeError) as exc:
+                raise ModelError(f"model.custom_objects.{name}: cannot import {ref!r} ({exc}); the module is looked "
+                                 f"up next to the pipeline file ({base_dir}) and on the Python path") from None
+            out[name] = found
+    finally:
+        sys.path.remove(str(base_dir))
+    return out
+
+
+def _load(path: Path, fmt: str, custom_objects: Mapping[str, Any] | None = None) -> Any:
     import keras
 
     shown = rel(path)
@@ -50,7 +70,7 @@ def _load(path: Path, fmt: str) -> Any:
                 raise ModelError(f"{shown}: holds weights only (no model_config); save the whole model "
                                  "(model.save), not model.save_weights")
     try:
-        return keras.models.load_model(path, compile=False)
+        return keras.models.load_model(path, compile=False, custom_objects=dict(custom_objects or {}))
     except (TypeError, ValueError) as exc:
         text = str(exc)
         missing = ""
@@ -60,8 +80,9 @@ def _load(path: Path, fmt: str) -> Any:
             missing = text.split(":", 1)[1].split(".")[0].strip(" '")
         if missing:
             raise ModelError(f"{shown}: the model uses the custom class {missing!r}, which is not registered; "
-                             "list the Python module that defines it (decorated with "
-                             "@keras.saving.register_keras_serializable) in model.custom_modules") from None
+                             "name it in the pipeline (model.custom_objects: {" + missing + ": 'module:Class'}, "
+                             "with model.trust_code: true), or list the module that registers it with "
+                             "@keras.saving.register_keras_serializable in model.custom_modules") from None
         raise ModelError(f"{shown}: cannot load the Keras model: {text.splitlines()[0]}") from None
     except Exception as exc:  # Keras raises many kinds for a bad file; all mean "cannot load"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -134,14 +155,14 @@ def _layers(model: Any) -> tuple[Layer, ...]:
 
 def graph_from_keras(path: Path, *, batch_size: int, input_shapes: Mapping[str, tuple[int, ...]],
                      custom_modules: Sequence[str] = (), base_dir: Path | None = None,
-                     fmt: str = "keras") -> LoadedModel:
+                     fmt: str = "keras", custom_objects: Mapping[str, str] | None = None) -> LoadedModel:
     """Load ``path`` (a Keras 3 ``.keras`` or a legacy ``.h5``), pin its input shapes,
     trace it with ``training=False`` and freeze it."""
     tf = import_tf()
     import keras
 
     import_custom_modules(custom_modules, base_dir or path.parent)
-    model = _load(path, fmt)
+    model = _load(path, fmt, custom_object_classes(custom_objects or {}, base_dir or path.parent))
     declared = _declared_inputs(model, path, input_shapes)
     in_names = [n for n, _, _ in declared]
     shapes = pin_shapes([(n, s) for n, s, _ in declared], batch_size=batch_size, input_shapes=input_shapes)

@@ -18,7 +18,7 @@ def _keras(cfg: ModelConfig, base_dir: Path) -> LoadedModel:
     from .keras_loader import graph_from_keras
 
     return graph_from_keras(cfg.path, batch_size=cfg.batch_size, input_shapes=cfg.input_shapes,
-                            custom_modules=cfg.custom_modules, base_dir=base_dir,
+                            custom_modules=cfg.custom_modules, custom_objects=cfg.custom_objects, base_dir=base_dir,
                             fmt=cfg.resolved_format().value)
 
 

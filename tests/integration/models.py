@@ -101,7 +101,7 @@ def calibration(path: Path, *, samples: int = 32, features: int = 6, seed: int =
 
 def pipeline(folder: Path, model: str, cal: str, *, modules: tuple[str, ...] = (), samples: int = 16,
              extra: str = "") -> Path:
-    custom = f", custom_modules: [{', '.join(modules)}]" if modules else ""
+    custom = f", custom_modules: [{', '.join(modules)}], trust_code: true" if modules else ""
     path = folder / "pipeline.yaml"
     path.write_text(f"version: 1\nmodel: {{path: {model}{custom}}}\n"
                     f"calibration: {{path: {cal}, samples: {samples}}}\n{extra}")

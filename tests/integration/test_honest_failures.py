@@ -89,9 +89,50 @@ def test_a_subclassed_model_built_with_its_default_argument_loads(tmp_path: Path
         sys.modules.pop("face", None)
     t = np.linspace(0, 1, 40 * 24 * 24 * 3).reshape(40, 24, 24, 3)
     np.savez(tmp_path / "cal.npz", image=np.sin(6 * t).astype(np.float32) * 0.5 + 0.5)
-    (tmp_path / "p.yaml").write_text("version: 1\nmodel:\n  path: face.keras\n  custom_modules: [face]\n" + shapes
+    (tmp_path / "p.yaml").write_text("version: 1\nmodel:\n  path: face.keras\n  custom_modules: [face]\n  trust_code: true\n" + shapes
                                      + "calibration: {path: cal.npz, samples: 40}\ntargets: [arm-neon]\n")
     assert main(["build", str(tmp_path / "p.yaml"), "-q"]) in (0, 1)
     report = json.loads((tmp_path / "build" / "face" / "report.json").read_text())
     assert report["model"]["inputs"] == [{"name": "image", "shape": [1, 24, 24, 3], "dtype": "float32"}]
     assert report["equivalence"]["passed"]
+
+
+PLAIN = '''
+import keras
+
+
+class Scale(keras.layers.Layer):
+    """A custom layer its package never registered with @keras.saving.register_keras_serializable."""
+
+    def call(self, x):
+        return x * 0.5
+'''
+
+
+def test_a_custom_class_without_the_decorator_is_named_in_the_pipeline(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    import keras
+
+    (tmp_path / "plain.py").write_text(PLAIN)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import plain
+
+        inp = keras.Input((6,), name="x")
+        keras.Model(inp, keras.layers.Dense(3, name="head")(plain.Scale(name="scale")(inp))).save(tmp_path / "m.keras")
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("plain", None)
+    np.savez(tmp_path / "cal.npz", x=np.random.default_rng(0).normal(size=(40, 6)).astype(np.float32))
+    base = "version: 1\nmodel:\n  path: m.keras\n{}calibration: {{path: cal.npz, samples: 40}}\ntargets: [arm-neon]\n"
+    (tmp_path / "p.yaml").write_text(base.format(""))
+    assert main(["build", str(tmp_path / "p.yaml"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "the model uses the custom class 'Scale', which is not registered; name it in the pipeline " \
+           "(model.custom_objects: {Scale: 'module:Class'}, with model.trust_code: true)" in err
+    (tmp_path / "p.yaml").write_text(base.format("  custom_objects: {Scale: 'plain:Scale'}\n  trust_code: true\n"))
+    assert main(["build", str(tmp_path / "p.yaml"), "-q"]) in (0, 1)
+    report = json.loads((tmp_path / "build" / "m" / "report.json").read_text())
+    assert report["equivalence"]["passed"] and report["gate"]["verdict"] == "pass"

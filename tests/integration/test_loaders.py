@@ -397,7 +397,7 @@ def test_subclassed_keras3_model_is_traced_through_its_call_argument(tmp_path: P
     x = np.random.default_rng(3).normal(size=(24, 7, 6, 2)).astype(np.float32)
     net(x[:2])
     net.save(tmp_path / "net.keras")
-    pipeline = project(tmp_path, tmp_path / "net.keras", "  custom_modules: [tiny_net]\n", cal={"image": x})
+    pipeline = project(tmp_path, tmp_path / "net.keras", "  custom_modules: [tiny_net]\n  trust_code: true\n", cal={"image": x})
     result = edgeconv.build(pipeline)
     report = result.report
     assert result.passed
@@ -416,7 +416,7 @@ def test_batch_norm_forced_into_training_is_refused(tmp_path: Path) -> None:
     layers = models.write_custom_layers(tmp_path, "forced_bn")
     models.dense_model(tmp_path / "bn.keras", layers.ForcedBN(name="always_training"))
     models.calibration(tmp_path / "cal_src.npz")
-    pipeline = project(tmp_path, tmp_path / "bn.keras", "  custom_modules: [forced_bn]\n",
+    pipeline = project(tmp_path, tmp_path / "bn.keras", "  custom_modules: [forced_bn]\n  trust_code: true\n",
                        cal=dict(np.load(tmp_path / "cal_src.npz")))
     with pytest.raises(ModelError) as err:
         edgeconv.build(pipeline)

@@ -159,8 +159,8 @@ def test_every_problem_is_reported_at_once(project: Path) -> None:
         targets: [edgetpu-v2]
         """)
     assert problems(path) == [
-        "p.yaml:2: model: unknown key 'batch_sise' (allowed: batch_size, bind, custom_modules, format, input_shapes, "
-        "inputs, outputs, path, signature); did you mean 'batch_size'?",
+        "p.yaml:2: model: unknown key 'batch_sise' (allowed: batch_size, bind, custom_modules, custom_objects, format, "
+        "input_shapes, inputs, outputs, path, signature, trust_code); did you mean 'batch_size'?",
         "p.yaml:3: calibration.seed: must be >= 0, got -1",
         f"p.yaml:4: targets[0]: unknown target 'edgetpu-v2' (allowed: {TARGET_CHOICES}); did you mean 'edgetpu'?",
     ]
@@ -295,8 +295,16 @@ def test_model_format_is_picked_from_the_path(formats: Path, model: str, fmt: st
      "p.yaml:4: model.outputs: applies to graphdef models only (this model is keras)"),
     ("  path: g.pb\n  signature: serve\n",
      "p.yaml:4: model.signature: applies to savedmodel models only (this model is graphdef)"),
-    ("  path: g.pb\n  custom_modules: [layers]\n",
+    ("  path: g.pb\n  custom_modules: [layers]\n  trust_code: true\n",
      "p.yaml:4: model.custom_modules: applies to keras and h5 models only (this model is graphdef)"),
+    ("  path: m.keras\n  custom_modules: [layers]\n",
+     "p.yaml:4: model.custom_modules: runs code from the pipeline's folder; set model.trust_code: true if you trust "
+     "that code"),
+    ("  path: m.keras\n  custom_objects: {Face: 'face:Face'}\n",
+     "p.yaml:4: model.custom_objects: runs code from the pipeline's folder; set model.trust_code: true if you trust "
+     "that code"),
+    ("  path: m.keras\n  custom_objects: {Face: face.Face}\n  trust_code: true\n",
+     "p.yaml:4: model.custom_objects.Face: expected 'module:Class', got 'face.Face'"),
     ("  path: empty_dir\n",
      "p.yaml:3: model.path: 'empty_dir' is not a SavedModel folder (no saved_model.pb in it)"),
     ("  path: sm\n  format: keras\n",
