@@ -116,7 +116,7 @@ def summary_markdown(outcomes: Sequence[Outcome]) -> str:
         if r.get("parity"):
             acc = r["parity"].get("accuracy")
             sqnr = [m["built"]["sqnr_db"] for m in r["parity"]["outputs"].values() if m["built"]["sqnr_db"]]
-            parity = (f"accuracy {acc['built']:.2%} (drop {acc['drop']['built']:.2%})" if acc
+            parity = (f"accuracy {acc['built']:.2%} (drop {acc['drop']['built'] * 100:.2f} points)" if acc
                       else f"SQNR {min(sqnr):.1f} dB" if sqnr else "-")
         where = f"`{rel(o.report_dir / 'report.md')}`" if o.report_dir else "-"
         cached = " (cached)" if o.cached else ""

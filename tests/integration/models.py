@@ -130,3 +130,20 @@ def run_tflite(path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray
         y = out[name]
         result[name] = (y.astype(np.float32) - zero) * scale if scale else y
     return result
+
+
+def photos(count: int, height: int, width: int, *, channels: int = 3, seed: int = 0) -> np.ndarray:
+    """Real image data in [0, 1]: seeded crops of scikit-image's bundled photos (calibration that is not
+    synthetic noise, so the default calibration gate has nothing to object to)."""
+    from skimage import data
+
+    sources = [data.astronaut(), data.chelsea(), data.coffee(), data.rocket()]
+    rng = np.random.default_rng(seed)
+    out = np.empty((count, height, width, channels), np.float32)
+    for i in range(count):
+        image = sources[i % len(sources)]
+        top = int(rng.integers(0, image.shape[0] - height))
+        left = int(rng.integers(0, image.shape[1] - width))
+        crop = image[top:top + height, left:left + width].astype(np.float32) / 255.0
+        out[i] = crop[..., :channels] if channels <= 3 else np.repeat(crop.mean(-1, keepdims=True), channels, -1)
+    return out

@@ -3,6 +3,7 @@ JUnit schema), the Markdown summary, GitHub's step summary and annotations."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -66,11 +67,16 @@ def test_junit_xml_is_valid_and_carries_rule_ids_and_ops(run: dict[str, object])
     path = root / "ci" / "junit.xml"
     xmlschema.XMLSchema(str(JUNIT_XSD)).validate(str(path))
     tree = ET.parse(path).getroot()
-    assert (tree.get("tests"), tree.get("failures"), tree.get("errors")) == ("11", "2", "1")
+    # A test case per check of each verdict (warnings are not tests), one for the pipeline that failed to load.
+    gates = {name: json.loads((root / "build" / name / "report.json").read_text())["gate"] for name in ("digits", "gelu")}
+    cases = sum(1 for g in gates.values() for c in g["checks"] if c["outcome"] != "warn") + 1
+    failed = sum(1 for g in gates.values() for c in g["checks"] if c["outcome"] in ("fail", "error"))
+    assert (tree.get("tests"), tree.get("failures"), tree.get("errors")) == (str(cases), str(failed), "1")
+    assert failed == len(gates["gelu"]["reasons"]) >= 1 and not gates["digits"]["reasons"]
     suites = {s.get("name"): s for s in tree}
     assert sorted(suites) == ["broken.yaml", "gelu.yaml", "good.yaml"]
     edgetpu = suites["gelu.yaml"].find("testcase[@name='target edgetpu']/failure")
-    assert edgetpu is not None and edgetpu.get("message") == "edgetpu: 1 unsupported, 2 cpu_fallback op(s)"
+    assert edgetpu is not None and edgetpu.get("message") == "target edgetpu: 1 unsupported op(s): GELU x1"
     assert "#6 GELU [unsupported] edgetpu.GELU.op_version_runtime" in (edgetpu.text or "")
     assert "(layers fc1_gelu)" in (edgetpu.text or "")
     error = suites["broken.yaml"].find("testcase[@name='build']/error")
@@ -84,11 +90,11 @@ def test_markdown_summary_and_github_outputs(run: dict[str, object]) -> None:
     summary = (root / "ci" / "summary.md").read_text()
     assert summary.startswith("## edgeconv: ERROR\n")
     assert ("| `good.yaml` | **pass** | 36,528 B | generic-int8 ✅, arm-neon ✅, edgetpu ✅, tflm-cmsis-nn ✅ | "
-            "accuracy 98.89% (drop 0.00%) | `build/digits/report.md` |") in summary
+            "accuracy 98.89% (drop 0.00 points) | `build/digits/report.md` |") in summary
     assert "- `gelu.yaml` (digits): target edgetpu: 1 unsupported op(s): GELU x1" in summary
     assert run["step_summary"] == "# earlier step\n" + summary + "\n"  # appended, not replaced
     out = str(run["out"]).splitlines()
-    assert "::error file=gelu.yaml,title=edgeconv gate (digits)::target edgetpu: 1 unsupported op(s): GELU x1" in out
+    assert "::error file=gelu.yaml,title=edgeconv target (digits)::target edgetpu: 1 unsupported op(s): GELU x1" in out
     broken = [line for line in out if line.startswith("::error file=broken.yaml,line=4,")]
     assert len(broken) == 1 and "targets[0]: unknown target 'edge-tpu'" in broken[0]
 

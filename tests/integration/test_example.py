@@ -33,7 +33,11 @@ def test_builds_and_passes(built: dict[str, Any]) -> None:
     assert built["code"] == 0
     assert sorted(p.name for p in built["out"].iterdir()) == [
         ".edgeconv-output", "digits.tflite", "pipeline.resolved.yaml", "report.json", "report.md"]
-    assert built["report"]["gate"] == {"verdict": "pass", "reasons": []}
+    assert (built["report"]["gate"]["verdict"], built["report"]["gate"]["reasons"]) == ("pass", [])
+    assert built["report"]["gate"]["disabled"] == []  # the example meets every strict default
+    assert {c["id"] for c in built["report"]["gate"]["checks"]} >= {
+        "target.edgetpu", "accelerator.edgetpu", "agreement.sqnr_db.digit", "agreement.top1.digit", "accuracy.drop",
+        "conversion.passes", "conversion.float_tflite.digit", "runtime.invoke"}
 
 
 def test_report_is_schema_valid(built: dict[str, Any]) -> None:
@@ -54,10 +58,12 @@ def test_int8_in_and_out_with_no_random_flex_or_float_ops(built: dict[str, Any])
     assert report["artifacts"]["tflite"]["bytes"] == (built["out"] / "digits.tflite").stat().st_size
     counts = {t["name"]: t["counts"] for t in report["targets"]}
     assert counts == {
-        "generic-int8": {"supported": 8, "cpu_fallback": 0, "unsupported": 0},
-        "arm-neon": {"supported": 7, "cpu_fallback": 1, "unsupported": 0},  # int8 SOFTMAX: builtin kernel
-        "edgetpu": {"supported": 8, "cpu_fallback": 0, "unsupported": 0},
-        "tflm-cmsis-nn": {"supported": 7, "cpu_fallback": 1, "unsupported": 0},  # RESHAPE: reference kernel
+        "generic-int8": {"supported": 8, "uncertain": 0, "cpu_fallback": 0, "unsupported": 0},
+        # int8 SOFTMAX: builtin kernel
+        "arm-neon": {"supported": 7, "uncertain": 0, "cpu_fallback": 1, "unsupported": 0},
+        "edgetpu": {"supported": 8, "uncertain": 0, "cpu_fallback": 0, "unsupported": 0},
+        # RESHAPE: reference kernel
+        "tflm-cmsis-nn": {"supported": 7, "uncertain": 0, "cpu_fallback": 1, "unsupported": 0},
     }
 
 
@@ -96,8 +102,8 @@ def test_resolved_pipeline_rebuilds_the_same_config(built: dict[str, Any]) -> No
 def test_markdown_report_reads_well(built: dict[str, Any]) -> None:
     text = (built["out"] / "report.md").read_text()
     assert text.startswith("# edgeconv report: digits\n\n**Gate: PASS**. Built `digits.tflite`")
-    assert "| generic-int8 | **PASS** | 8 | 0 | 0 | 0 | 100.0% |" in text
-    assert "| edgetpu | **PASS** | 8 | 0 | 0 | 0 | 100.0% |" in text
+    assert "| generic-int8 | **PASS** | 8 | 0 | 0 | 0 | 0 | 100.0% |" in text
+    assert "| edgetpu | **PASS** | 8 | 0 | 0 | 0 | 0 | 100.0% |" in text
     assert "removed 16: Identity x15, NoOp x1." in text
     assert "- Dropout layer 'dropout1', rate=0.25" in text
 

@@ -359,7 +359,12 @@ def test_real_keras2_h5_model_builds(tmp_path: Path) -> None:
     """fer's emotion model: saved by Keras 2.0.5, mini-Xception with 14 BatchNorm and SeparableConv2D."""
     import keras
 
-    faces = np.random.default_rng(0).uniform(-1, 1, size=(24, 64, 64, 1)).astype(np.float32)
+    from PIL import Image
+    from skimage.data import lfw_subset
+
+    # Real faces (scikit-image's LFW subset, 25x25 in [0, 1]) at the model's 64x64 in [-1, 1].
+    faces = np.stack([np.asarray(Image.fromarray((f * 255).astype(np.uint8)).resize((64, 64)), np.float32)
+                      for f in lfw_subset()[:100:4]])[..., None] / 127.5 - 1.0
     result = edgeconv.build(project(tmp_path, FER, cal={"input_1": faces}, targets="generic-int8, edgetpu"))
     report = result.report
     assert result.passed, report["gate"]

@@ -73,7 +73,7 @@ def convs_model(path: Path) -> Any:
     return model
 
 
-IMAGES = np.random.default_rng(1).uniform(0, 1, size=(24, 13, 11, 3)).astype(np.float32)
+IMAGES = models.photos(24, 13, 11, seed=1)
 
 
 def pipeline(path: Path, passes: str) -> Path:

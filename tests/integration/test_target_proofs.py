@@ -133,7 +133,9 @@ def test_edgetpu_stops_mobilenet_v3_at_hard_swish(apps: dict[str, Path]) -> None
 
 # -- Edge TPU cases the Coral documentation decides ----------------------------------------------
 
-def _edgetpu(tmp_path: Path, build: Any, shape: tuple[int, ...], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+def _edgetpu(tmp_path: Path, build: Any, shape: tuple[int, ...], capsys: pytest.CaptureFixture[str],
+             code: int = 0) -> dict[str, Any]:
+    """Built with synthetic (noise) calibration on purpose: the calibration gate is turned off."""
     import keras
 
     keras.utils.set_random_seed(3)
@@ -143,8 +145,8 @@ def _edgetpu(tmp_path: Path, build: Any, shape: tuple[int, ...], capsys: pytest.
              .astype(np.float32))
     (tmp_path / "p.yaml").write_text(f"version: 1\nmodel: {{path: m.keras, batch_size: {shape[0]}}}\n"
                                      f"calibration: {{path: cal.npz, samples: {16 * shape[0]}}}\n"
-                                     "targets: [edgetpu]\n")
-    assert main(["build", str(tmp_path / "p.yaml"), "-q"]) == 0, capsys.readouterr().err
+                                     "targets: [edgetpu]\ngates: {disable: [calibration]}\n")
+    assert main(["build", str(tmp_path / "p.yaml"), "-q"]) == code, capsys.readouterr().err
     report = json.loads((tmp_path / "build" / "m" / "report.json").read_text())
     return dict(report["targets"][0])
 
@@ -169,8 +171,9 @@ def test_edgetpu_batch_two_maps_nothing(tmp_path: Path, capsys: pytest.CaptureFi
     """Coral requirements: more than 3 dimensions larger than 1 (batch 2) is not mapped."""
     from keras import layers
 
-    target = _edgetpu(tmp_path, lambda x: layers.Conv2D(4, 3, name="conv")(x), (2, 7, 6, 3), capsys)
-    assert target["counts"] == {"supported": 0, "cpu_fallback": 1, "unsupported": 0}
+    # Nothing on the Edge TPU: the default accelerator gate fails the build.
+    target = _edgetpu(tmp_path, lambda x: layers.Conv2D(4, 3, name="conv")(x), (2, 7, 6, 3), capsys, code=1)
+    assert target["counts"] == {"supported": 0, "uncertain": 0, "cpu_fallback": 1, "unsupported": 0}
     assert target["first_blocking_op"] is None
     assert [v["rule"] for v in target["ops"][0]["violations"]] == ["edgetpu.CONV_2D.tensor_outer_dims_one"]
     assert target["shares"] == {"ops": 0.0, "macs": 0.0}
