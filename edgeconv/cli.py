@@ -133,6 +133,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("edgeconv: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`edgeconv check ... | head`): not an error of ours. Point stdout at
+        # /dev/null so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except Exception as exc:  # a bug, or the toolchain failing: traceback to a log
         return _crash(exc, None)
 

@@ -105,6 +105,7 @@ def _parse_bind(node: yaml.Node, key: str, ctx: Ctx) -> Any:
 
 
 OUTPUT_KINDS = ("classification", "regression")
+_FILE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
 _OBJECT_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
@@ -623,6 +624,10 @@ def _check_semantics(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
     out = config.output.dir
     if out is not None and out.exists() and not out.is_dir():
         ctx.error(_node_at(root, "output", "dir"), "output.dir", f"{str(out)!r} exists and is not a folder")
+    if config.name is not None and not _FILE_NAME.match(config.name):
+        ctx.error(_node_at(root, "name"), "name", f"{config.name[:80]!r} is not a file name: it names the files "
+                  "written inside the output folder (letters, digits, '.', '_', '-'; not a path, not starting with "
+                  "'.')")
 
 
 def _check_model(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:

@@ -46,10 +46,10 @@ def op_cost(op: OpInfo) -> OpCost:
 def _gemm(op: OpInfo) -> tuple[int, int, int] | None:
     ins = op.inputs
     out = _shape(op.outputs[0]) if op.outputs else ()
-    if op.type == "CONV_2D" and len(ins) > 1 and len(out) == 4:
+    if op.type == "CONV_2D" and len(ins) > 1 and len(out) == 4 and len(_shape(ins[1])) == 4:
         w = _shape(ins[1])  # (O, KH, KW, I)
         return out[0] * out[1] * out[2], w[0], w[1] * w[2] * w[3]
-    if op.type == "DEPTHWISE_CONV_2D" and len(ins) > 1 and len(out) == 4:
+    if op.type == "DEPTHWISE_CONV_2D" and len(ins) > 1 and len(out) == 4 and len(_shape(ins[1])) == 4:
         w = _shape(ins[1])  # (1, KH, KW, O)
         return out[0] * out[1] * out[2], w[3], w[1] * w[2]
     if op.type == "TRANSPOSE_CONV" and len(ins) > 2:
@@ -73,6 +73,8 @@ def _gemm(op: OpInfo) -> tuple[int, int, int] | None:
 
 
 def _lstm_macs(op: OpInfo) -> int:
+    if not op.inputs or not op.outputs:
+        return 0
     x, out = _shape(op.inputs[0]), _shape(op.outputs[0])
     if len(x) != 3 or len(out) != 3:
         return 0

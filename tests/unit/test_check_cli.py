@@ -111,3 +111,15 @@ def test_check_against_a_users_target_file(tmp_path: Path) -> None:
     assert "my-npu.CONV_2D.fused_activation: The fused activation function is one of: NONE." in shown.stdout
     missing = run_edgeconv("check", model, "--target", "nope.yaml", cwd=tmp_path)
     assert missing.returncode == 2 and missing.stderr.strip() == "edgeconv: error: nope.yaml: file not found"
+
+
+def test_a_reader_that_goes_away_is_not_a_crash(tmp_path: Path) -> None:
+    """`edgeconv check big.tflite | head -1`: the pipe closes early; no BrokenPipeError, no crash log."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(f"'{sys.executable}' -m edgeconv check '{ORACLES / 'deeplabv3_mnv2_dm05_pascal_quant.tflite'}' "
+                          "--target edgetpu --target arm-neon --format json | head -c 10", shell=True,
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.stdout == "[\n  {\n    " and proc.stderr == ""
+    assert not list(tmp_path.rglob("edgeconv-crash.log"))

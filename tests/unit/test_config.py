@@ -91,6 +91,15 @@ def test_resolved_pipeline_round_trips(project: Path) -> None:
     (MINIMAL.replace("  path: cal.npz", "  path: cal.npz\n  sample: 10"),
      "p.yaml:6: calibration: unknown key 'sample' (allowed: columns, expected_range, features, function, input, "
      "min_samples, path, preprocess, samples, seed, source, stride, trust_code, window); did you mean 'samples'?"),
+    (MINIMAL + "name: /any/path/x\n",
+     "p.yaml:6: name: '/any/path/x' is not a file name: it names the files written inside the output folder "
+     "(letters, digits, '.', '_', '-'; not a path, not starting with '.')"),
+    (MINIMAL + "name: ../../x\n",
+     "p.yaml:6: name: '../../x' is not a file name: it names the files written inside the output folder "
+     "(letters, digits, '.', '_', '-'; not a path, not starting with '.')"),
+    (MINIMAL + "name: sub/dir\n",
+     "p.yaml:6: name: 'sub/dir' is not a file name: it names the files written inside the output folder "
+     "(letters, digits, '.', '_', '-'; not a path, not starting with '.')"),
     (MINIMAL + "verify: {outputs: {boxes: regresion}}\n",
      "p.yaml:6: verify.outputs.boxes: unknown output kind 'regresion' (allowed: classification, regression); did "
      "you mean 'regression'?"),

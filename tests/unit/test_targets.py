@@ -347,3 +347,30 @@ def test_targets_cli(tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert bad.stderr.strip() == (f"edgeconv: error: unknown target 'generic-int9' (allowed: {TARGET_CHOICES}); "
                                   "did you mean 'generic-int8'?")
+
+
+@pytest.mark.parametrize("name", ["generic-int8", "arm-neon", "edgetpu", "tflm-cmsis-nn"])
+@pytest.mark.parametrize("io", ["none", "inputs_only", "outputs_only", "scalars", "optional_missing"])
+def test_rules_never_assume_an_op_has_inputs_or_outputs(name: str, io: str) -> None:
+    """Fuzzed and hand-edited files have ops without inputs or outputs, scalars where a kernel expects
+    4-D tensors, and left-out optional inputs: every rule answers, none crashes (issue 17)."""
+    from edgeconv.targets.cost import op_cost
+
+    target = load_target(name)
+    for op_type in [*sorted(target.ops), "CUSTOM:Unknown", "UNIDIRECTIONAL_SEQUENCE_LSTM", "BATCH_MATMUL"]:
+        b = Builder()
+        kind, _, code = op_type.partition(":")
+        if io == "none":
+            ins: list[TensorInfo | None] = []
+            outs: list[TensorInfo] = []
+        elif io == "inputs_only":
+            ins, outs = [b.tensor(), b.tensor("int32", (1,))], []
+        elif io == "outputs_only":
+            ins, outs = [], [b.tensor()]
+        elif io == "scalars":
+            ins, outs = [b.tensor(shape=()), b.tensor(shape=()), b.tensor("int32", ())], [b.tensor(shape=())]
+        else:
+            ins, outs = [None, b.tensor(), None, b.tensor("int32", (2,))], [b.tensor()]
+        op, model = b.op(kind, ins, outs, custom_code=code or None)
+        check_op(op, model, target)
+        op_cost(op)

@@ -81,7 +81,7 @@ def axis_not_batch(op: OpInfo, model: TFLiteModel) -> Check:
 def reduce_depth_multiple(op: OpInfo, model: TFLiteModel, *, multiple: int) -> Check:
     """A reduction over the innermost (depth) dimension needs a depth that is a multiple of {multiple}."""
     axes = _axes(op, model)
-    x = op.inputs[0]
+    x = op.inputs[0] if op.inputs else None
     if axes is None or x is None or not x.shape or len(x.shape) - 1 not in axes:
         return OK
     depth = x.shape[-1]
@@ -91,7 +91,7 @@ def reduce_depth_multiple(op: OpInfo, model: TFLiteModel, *, multiple: int) -> C
 @constraint
 def innermost_elements_max(op: OpInfo, model: TFLiteModel, *, maximum: int) -> Check:
     """The input is 1-D (only its innermost dimension is larger than 1) with at most {maximum} elements."""
-    x = op.inputs[0]
+    x = op.inputs[0] if op.inputs else None
     if x is None:
         return OK
     if any(d > 1 for d in x.shape[:-1]):
@@ -111,8 +111,9 @@ def output_innermost_only(op: OpInfo, model: TFLiteModel) -> Check:
 @constraint
 def squeeze_leading_ones(op: OpInfo, model: TFLiteModel) -> Check:
     """Only leading dimensions of size 1 are squeezed (no data relayout)."""
-    x, y = op.inputs[0], op.outputs[0]
-    if x is None:
+    x = op.inputs[0] if op.inputs else None
+    y = op.outputs[0] if op.outputs else None
+    if x is None or y is None:
         return OK
     kept = [d for d in x.shape]
     while kept and kept[0] == 1 and len(kept) > len(y.shape):

@@ -46,8 +46,9 @@ def product_scale_ratio(op: OpInfo, model: TFLiteModel, *, minimum: float, maxim
 @constraint
 def requantize_same_sign(op: OpInfo, model: TFLiteModel) -> Check:
     """A requantization (8-bit input) keeps the signedness: int8 to int8 or uint8 to uint8."""
-    x, y = op.inputs[0], op.outputs[0]
-    if x is None or x.dtype not in _SIGNED or y.dtype not in _SIGNED:
+    x = op.inputs[0] if op.inputs else None
+    y = op.outputs[0] if op.outputs else None
+    if x is None or y is None or x.dtype not in _SIGNED or y.dtype not in _SIGNED:
         return OK
     return (_SIGNED[x.dtype] == _SIGNED[y.dtype]), f"{x.dtype.value} to {y.dtype.value}"
 
@@ -70,7 +71,8 @@ def optimized_kernel(op: OpInfo, model: TFLiteModel) -> Check:
 @constraint
 def inputs_same_shape(op: OpInfo, model: TFLiteModel) -> Check:
     """Both inputs have the same shape (no broadcasting)."""
-    a, b = op.inputs[0], op.inputs[1] if len(op.inputs) > 1 else None
+    a = op.inputs[0] if op.inputs else None
+    b = op.inputs[1] if len(op.inputs) > 1 else None
     if a is None or b is None or a.shape == b.shape:
         return OK
     return False, f"broadcasts {_dims(a)} with {_dims(b)}"
