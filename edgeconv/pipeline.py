@@ -17,14 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from . import output, report
+from . import output, report, verdict
 from ._version import __version__
 from .cache import BuildCache
 from .calibration import SOURCES, resolve_source
 from .calibration.checks import DataWarning, data_warnings, file_sha256, path_sha256, quantization_warnings
 from .calibration.config import CalibrationConfig, EvaluationConfig
 from .calibration.samples import Progress, RandomReader, SampleSet, collect
-from . import verdict
 from .config import GatesConfig, ModelFormat, PipelineConfig, gate_limits, installed_toolchain, load_pipeline, resolved_yaml
 from .converters.model import LoadedModel
 from .converters.tflite_reader import TFLiteModel, parse_tflite, read_tflite
@@ -191,6 +190,11 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
 
     loaded = load_model(config.model, config.source.parent)
     inputs = loaded.graph.inputs
+    outputs = [o.name for o in loaded.graph.outputs]
+    unknown = sorted(set(config.verify.outputs) - set(outputs))
+    if unknown:  # known only once the model is loaded; still before any data is read or converted
+        raise ConfigError([f"{rel(config.source)}: verify.outputs: {name!r} is not a model output (outputs: "
+                           f"{', '.join(outputs)}){did_you_mean(name, outputs)}" for name in unknown])
     evaluation = (_collect(config.evaluation, "evaluation", inputs, config, work, progress)
                   if config.evaluation is not None else None)
     expected = _expected_ranges(config, inputs)
@@ -299,10 +303,6 @@ def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, convert
     float_tflite = exported.float_tflite  # converted with the build, in the same worker
     assert float_tflite is not None, "the build converts the float reference when parity is on"
     shapes = {o.name: tuple(o.shape) for o in loaded.graph.outputs}
-    unknown = sorted(set(config.verify.outputs) - set(shapes))
-    if unknown:
-        raise ConfigError([f"{rel(config.source)}: verify.outputs: {name!r} is not a model output (outputs: "
-                           f"{', '.join(shapes)}){did_you_mean(name, shapes)}" for name in unknown])
     labels = samples.label_values() if samples.labels else None
 
     # The source model's outputs, batch by batch: computed once, compared again by every keep-float trial.

@@ -136,3 +136,27 @@ def test_a_custom_class_without_the_decorator_is_named_in_the_pipeline(tmp_path:
     assert main(["build", str(tmp_path / "p.yaml"), "-q"]) in (0, 1)
     report = json.loads((tmp_path / "build" / "m" / "report.json").read_text())
     assert report["equivalence"]["passed"] and report["gate"]["verdict"] == "pass"
+
+
+def test_a_regression_output_gets_no_top1_and_a_wrong_output_name_is_refused_early(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((6,), name="x")
+    hidden = keras.layers.Dense(8, activation="relu", name="hidden")(inp)
+    keras.Model(inp, [keras.layers.Dense(4, name="boxes")(hidden),
+                      keras.layers.Dense(3, activation="softmax", name="label")(hidden)]).save(tmp_path / "m.keras")
+    np.savez(tmp_path / "cal.npz", x=np.random.default_rng(0).normal(size=(60, 6)).astype(np.float32))
+    base = "version: 1\nmodel: {path: m.keras}\ncalibration: {path: cal.npz, samples: 60}\ntargets: [arm-neon]\n"
+    (tmp_path / "p.yaml").write_text(base + "verify: {outputs: {box: regression}}\n")
+    assert main(["build", str(tmp_path / "p.yaml"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "verify.outputs: 'box' is not a model output (outputs: boxes, label); did you mean 'boxes'?" in err
+    assert not (tmp_path / "build").exists()  # refused before any data was read or anything converted
+    (tmp_path / "p.yaml").write_text(base)
+    assert main(["build", str(tmp_path / "p.yaml"), "-q"]) in (0, 1)
+    parity = json.loads((tmp_path / "build" / "m" / "report.json").read_text())["parity"]
+    assert parity["kinds"] == {"boxes": "regression", "label": "classification"}
+    assert parity["outputs"]["boxes"]["built"]["top1_agreement"] is None
+    assert parity["outputs"]["label"]["built"]["top1_agreement"] is not None
