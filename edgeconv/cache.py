@@ -29,7 +29,7 @@ from .output import MARKER
 
 log = logging.getLogger("edgeconv")
 
-FORMAT = 1  # bump when what an entry holds changes
+FORMAT = 2  # bump when what an entry holds changes (2: the sha256 of every file)
 _PACKAGE = Path(__file__).resolve().parent
 
 
@@ -41,9 +41,29 @@ def default_dir() -> Path:
     return Path(base) / "edgeconv"
 
 
+def _foreign(path: Path) -> str | None:
+    """Why a cache folder or file cannot be trusted: owned by another user, or writable by others (anyone
+    could plant an entry); None when it is ours alone."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"{path} belongs to another user (uid {st.st_uid})"
+    if st.st_mode & 0o022:
+        return f"{path} is writable by other users (mode {st.st_mode & 0o777:o})"
+    return None
+
+
 class BuildCache:
+    """Entries are trusted only when they are this user's alone and every file still has the sha256 the
+    entry recorded; a served entry's report must name the .tflite it is served with. Anything else is a
+    miss (a warning, then a build), never served. ``EDGECONV_CACHE_SHARED=1`` accepts a cache folder
+    other users can write (a CI runner's shared cache), still verifying every file."""
+
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.shared = os.environ.get("EDGECONV_CACHE_SHARED", "") not in ("", "0")
 
     def key(self, config: PipelineConfig, out_dir: Path, suggest_keep_float: bool,
             baseline: dict[str, Any] | None = None) -> tuple[str | None, str]:
@@ -80,22 +100,42 @@ class BuildCache:
     def _entry(self, key: str) -> Path:
         return self.root / key[:2] / key
 
+    def usable(self) -> str | None:
+        """Why this cache folder cannot be used (None: it can)."""
+        if self.shared:
+            return None
+        return _foreign(self.root) if self.root.exists() else None
+
     def load(self, key: str) -> dict[str, bytes] | None:
+        """The entry's files, verified; None (a miss) for a missing, foreign, corrupt or tampered entry."""
         entry = self._entry(key)
         if not (entry / "entry.json").is_file():
             return None
-        try:
-            names = json.loads((entry / "entry.json").read_text())["files"]
-            return {name: (entry / "files" / name).read_bytes() for name in names}
-        except (OSError, ValueError, KeyError):
-            log.warning("cache: entry %s is unreadable; building", key[:12])
+        why = self.usable() or (None if self.shared else _foreign(entry) or _foreign(entry / "entry.json"))
+        if why is not None:
+            log.warning("cache: not using entry %s: %s; building", key[:12], why)
             return None
+        try:
+            meta = json.loads((entry / "entry.json").read_text())
+            hashes = meta["files"]
+            if meta.get("key") != key or not isinstance(hashes, dict):
+                raise ValueError("the entry names another key")
+            files = {name: (entry / "files" / name).read_bytes() for name in hashes}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("cache: entry %s is unreadable (%s); building", key[:12], exc)
+            return None
+        bad = sorted(name for name, data in files.items() if hashlib.sha256(data).hexdigest() != hashes[name])
+        if bad:
+            log.warning("cache: entry %s is corrupt (%s changed since it was stored); building", key[:12],
+                        ", ".join(bad))
+            return None
+        return files
 
     def store(self, key: str, out_dir: Path) -> None:
         """Copy a committed output folder into the cache. Best effort: a cache that cannot be written
         costs the next build time, never this build's result."""
         entry = self._entry(key)
-        if entry.exists():
+        if entry.exists() or self.usable() is not None:
             return
         staging: Path | None = None
         try:
@@ -103,9 +143,12 @@ class BuildCache:
             staging = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
             names = sorted(p.name for p in out_dir.iterdir() if p.is_file() and p.name != MARKER)
             (staging / "files").mkdir()
+            hashes = {}
             for name in names:
-                shutil.copyfile(out_dir / name, staging / "files" / name)
-            (staging / "entry.json").write_text(json.dumps({"key": key, "files": names}, indent=1))
+                data = (out_dir / name).read_bytes()
+                (staging / "files" / name).write_bytes(data)
+                hashes[name] = hashlib.sha256(data).hexdigest()
+            (staging / "entry.json").write_text(json.dumps({"key": key, "files": hashes}, indent=1))
             os.rename(staging, entry)
         except OSError as exc:
             log.warning("cache: cannot write %s (%s); the build is not cached", self.root, exc.strerror)

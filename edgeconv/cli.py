@@ -283,15 +283,19 @@ def _build_one(path: Path, args: argparse.Namespace, *, verbose: bool, single: b
         config = load_pipeline(path)
         crash_dir = args.out.resolve() if args.out else config.output_dir
         progress = None
-        if verbose:
+        # edgeconv's own logger, set for this build (not the root logger: a host program's or an earlier
+        # build's configuration must not decide what this one prints). -q keeps the warnings; the builds of
+        # several pipelines print only their summary.
+        logger = logging.getLogger("edgeconv")
+        logger.propagate = False
+        if verbose or single:
             handler = logging.StreamHandler(sys.stderr)
             handler.setFormatter(_Formatter())
-            logging.basicConfig(level=logging.INFO, handlers=[handler])
-            progress = ProgressDisplay(sys.stderr)
-        else:  # the summary says what matters; no log lines, also not via logging's fallback
-            quiet = logging.getLogger("edgeconv")
-            quiet.addHandler(logging.NullHandler())
-            quiet.propagate = False
+            logger.handlers = [handler]
+            logger.setLevel(logging.INFO if verbose else logging.WARNING)
+            progress = ProgressDisplay(sys.stderr) if verbose else None
+        else:
+            logger.handlers = [logging.NullHandler()]
         no_cache = args.no_cache or os.environ.get("EDGECONV_NO_CACHE", "") not in ("", "0")
         cache = None if no_cache else BuildCache(args.cache_dir or default_dir())
         result = build(config, out=args.out, progress=progress, suggest_keep_float=args.suggest_keep_float,

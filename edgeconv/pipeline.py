@@ -160,8 +160,9 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
         key, why = cache.key(config, out_dir, suggest_keep_float, base)
         if key is None:
             log.info("cache: not cacheable: %s", why)
-        elif (files := cache.load(key)) is not None:
-            return _from_cache(config, out_dir, targets, key, files)
+        elif (files := cache.load(key)) is not None and (
+                served := _from_cache(config, out_dir, targets, key, files)) is not None:
+            return served
 
     with tempfile.TemporaryDirectory(prefix="edgeconv-") as work:
         result = _build(config, out_dir, targets, Path(work), progress, suggest_keep_float, base)
@@ -171,14 +172,25 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
 
 
 def _from_cache(config: PipelineConfig, out_dir: Path, targets: list[Target], key: str,
-                files: dict[str, bytes]) -> BuildResult:
-    """Write a cached build's files; the target results are re-read from its .tflite (no TensorFlow)."""
+                files: dict[str, bytes]) -> BuildResult | None:
+    """Write a cached build's files; the target results are re-read from its .tflite (no TensorFlow).
+    The entry's report must describe the .tflite it comes with before anything touches the output."""
+    import hashlib
+
     name = f"{config.build_name}.tflite"
+    try:
+        cached_report = json.loads(files["report.json"])
+        described = cached_report["artifacts"]["tflite"]["sha256"]
+    except (KeyError, ValueError, TypeError):
+        described = None
+    if name not in files or described != hashlib.sha256(files[name]).hexdigest():
+        log.warning("cache: entry %s does not match its own report; building", key[:12])
+        return None
     output.commit(out_dir, files)
     log.info("cache: unchanged since build %s; wrote %s from the cache", key[:12], rel(out_dir))
     model = parse_tflite(files[name], name)
     results = tuple(check_model(model, t) for t in targets)
-    return BuildResult(config, out_dir, out_dir / name, json.loads(files["report.json"]), results, cached=True)
+    return BuildResult(config, out_dir, out_dir / name, cached_report, results, cached=True)
 
 
 def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: Path,

@@ -104,3 +104,60 @@ def test_a_python_source_is_not_cached(project: Path, capsys: pytest.CaptureFixt
     assert len(list((project / "cache").glob("*/*/entry.json"))) == 1  # the primed build's: nothing to hit later
     report = json.loads((project / "build" / "digits" / "report.json").read_text())
     assert report["gate"]["verdict"] == "pass"
+
+
+def _entry(project: Path) -> Path:
+    (meta,) = list((project / "cache").glob("*/*/entry.json"))
+    return meta.parent
+
+
+@pytest.mark.parametrize("damage", ["truncated_tflite", "flipped_report", "other_model_patched_report"])
+def test_a_damaged_or_planted_entry_is_never_served(project: Path, damage: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A cached .tflite truncated, a report bit-flipped, or another valid model planted with its report and
+    entry patched to match: a miss (warning), a real build, and an output that is the real one."""
+    import hashlib
+
+    out = project / "build" / "digits"
+    good = tree(out)
+    entry = _entry(project)
+    files = entry / "files"
+    if damage == "truncated_tflite":
+        data = (files / "digits.tflite").read_bytes()
+        (files / "digits.tflite").write_bytes(data[: len(data) // 2])
+        expected = "is corrupt (digits.tflite changed since it was stored)"
+    elif damage == "flipped_report":
+        data = bytearray((files / "report.json").read_bytes())
+        data[100] ^= 0x01
+        (files / "report.json").write_bytes(bytes(data))
+        expected = "is corrupt (report.json changed since it was stored)"
+    else:  # the planted model carries a report that names it; only the entry's own hashes are stale
+        planted = (REPO / "tests" / "data" / "ops" / "conv2d.int8.tflite").read_bytes()
+        (files / "digits.tflite").write_bytes(planted)
+        report = json.loads((files / "report.json").read_text())
+        report["artifacts"]["tflite"]["sha256"] = hashlib.sha256(planted).hexdigest()
+        (files / "report.json").write_text(json.dumps(report))
+        meta = json.loads((entry / "entry.json").read_text())
+        meta["files"]["digits.tflite"] = hashlib.sha256(planted).hexdigest()
+        (entry / "entry.json").write_text(json.dumps(meta))
+        expected = "is corrupt (report.json changed since it was stored)"
+    assert main(["build", str(project / "pipeline.yaml")]) == 0
+    captured = capsys.readouterr()
+    assert expected in captured.err
+    assert "cache: unchanged since the cached build" not in captured.out
+    now = tree(out)
+    assert now["digits.tflite"] == good["digits.tflite"]  # the real build, byte for byte ...
+    assert {**json.loads(now["report.json"]), "created": None} == {**json.loads(good["report.json"]), "created": None}
+
+
+def test_a_cache_other_users_can_write_is_not_used(project: Path, capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = project / "cache"
+    cache.chmod(0o777)
+    assert main(["build", str(project / "pipeline.yaml")]) == 0
+    captured = capsys.readouterr()
+    assert "is writable by other users (mode 777); building" in captured.err
+    assert "cache: unchanged since the cached build" not in captured.out
+    monkeypatch.setenv("EDGECONV_CACHE_SHARED", "1")  # explicitly allowed: used, still verified
+    assert main(["build", str(project / "pipeline.yaml"), "-q"]) == 0
+    assert "cache: unchanged since the cached build" in capsys.readouterr().out
