@@ -102,8 +102,30 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(BaseException):
+    """SIGTERM (what CI sends when it cancels a job): unwinds like Ctrl-C, so every temporary and
+    staging folder is removed and the converter worker killed, then exit 143."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return _main(args)
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _main(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(args: argparse.Namespace) -> int:
     try:
         if args.command == "build":
             return _build_many(args)
@@ -131,8 +153,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"edgeconv: error: {line}", file=sys.stderr)
         return EXIT_USER
     except KeyboardInterrupt:
-        print("edgeconv: interrupted", file=sys.stderr)
+        print("edgeconv: interrupted; the previous output is unchanged", file=sys.stderr)
         return 130
+    except Terminated:
+        print("edgeconv: terminated; the previous output is unchanged", file=sys.stderr)
+        return 143
     except BrokenPipeError:
         # The reader went away (`edgeconv check ... | head`): not an error of ours. Point stdout at
         # /dev/null so the interpreter's final flush does not raise again.

@@ -1,14 +1,23 @@
-"""Writing the output folder atomically.
+"""Writing the output folder atomically, and recovering from a commit that was killed.
 
 Artifacts are written to a staging folder next to the output folder and swapped
 in with renames, so a failed build leaves the previous output untouched and never
 a half-written one. A folder edgeconv did not create is never overwritten.
+
+Whatever instant the process dies at (SIGKILL included), the output folder afterwards
+holds the complete old release or the complete new one: the only window without an
+output folder is between the two renames, and :func:`recover` (run before every build
+and commit) puts the old release back and removes the staging and backup folders of
+builds that are no longer running (their process id is in the folder name).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import shutil
+import signal
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,6 +26,47 @@ from .errors import OutputError, rel
 
 MARKER = ".edgeconv-output"
 CRASH_LOG = "edgeconv-crash.log"
+log = logging.getLogger("edgeconv")
+# Fault injection for the reliability tests: die (SIGKILL) at this step of the commit.
+_KILL_AT = "EDGECONV_TEST_KILL_AT"
+_WORK = re.compile(r"^\.(?P<name>.+)\.(?P<kind>staging|old)-(?P<pid>\d+)-")
+
+
+def _step(name: str) -> None:
+    if os.environ.get(_KILL_AT) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def recover(path: Path) -> None:
+    """Finish what an interrupted commit left beside ``path``: put the previous release back when the
+    output folder is missing, and remove staging and backup folders whose build is no longer running."""
+    parent = path.parent
+    if not parent.is_dir():
+        return
+    stale: list[tuple[str, Path]] = []
+    for p in parent.iterdir():
+        found = _WORK.match(p.name)
+        if found and found["name"] == path.name and p.is_dir() and not _alive(int(found["pid"])):
+            stale.append((found["kind"], p))
+    olds = sorted((p for kind, p in stale if kind == "old" and (p / MARKER).exists()), key=lambda p: p.stat().st_mtime)
+    if not path.exists() and olds:
+        os.rename(olds[-1], path)
+        log.warning("output: restored the previous release of %s (a build was killed while replacing it)", rel(path))
+    for _, p in stale:
+        if p.exists():
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def check_writable(path: Path) -> None:
@@ -34,7 +84,8 @@ def commit(path: Path, files: Mapping[str, bytes]) -> None:
     parent = path.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.staging-", dir=parent))
+        recover(path)
+        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.staging-{os.getpid()}-", dir=parent))
     except OSError as exc:
         raise OutputError(f"cannot create the output folder {rel(path)}: {exc.strerror}") from None
     backup: Path | None = None
@@ -43,11 +94,14 @@ def commit(path: Path, files: Mapping[str, bytes]) -> None:
         for name, data in files.items():
             (staging / name).write_bytes(data)
         (staging / MARKER).write_text("This folder is written by edgeconv and replaced on every build.\n")
+        _step("staged")
         if path.exists():
-            backup = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=parent))
+            backup = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-{os.getpid()}-", dir=parent))
             os.rmdir(backup)
             os.rename(path, backup)
+            _step("old_moved")
         os.rename(staging, path)
+        _step("new_moved")
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         if backup is not None and backup.exists() and not path.exists():

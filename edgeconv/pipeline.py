@@ -145,6 +145,7 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
     """
     config = pipeline if isinstance(pipeline, PipelineConfig) else load_pipeline(pipeline)
     out_dir = Path(out).resolve() if out is not None else config.output_dir
+    output.recover(out_dir)
     output.check_writable(out_dir)
     targets: list[Target] = [load_target(name) for name in config.targets]
     base = load_report(baseline) if baseline is not None else None

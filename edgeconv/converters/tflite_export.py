@@ -103,8 +103,10 @@ def _run_worker(graph: FrozenGraph, workdir: Path, calibration: SampleSet, optio
     quiet_tf_env(env)
     read_fd, write_fd = os.pipe()
     with tempfile.TemporaryFile() as out:
+        # Its own process group, and it dies with its parent (even on SIGKILL of edgeconv).
         proc = subprocess.Popen([sys.executable, "-m", WORKER, str(job_dir), str(write_fd)], stdout=out,
-                                stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,))
+                                stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,), start_new_session=True,
+                                preexec_fn=_die_with_parent)
         os.close(write_fd)
         with os.fdopen(read_fd) as pipe:
             listener = threading.Thread(target=_relay, args=(pipe, calibration.count, progress), daemon=True)
@@ -112,10 +114,12 @@ def _run_worker(graph: FrozenGraph, workdir: Path, calibration: SampleSet, optio
             try:
                 proc.wait(timeout=options.timeout_s)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                _kill_group(proc)
                 raise InternalError("convert", f"the TFLite converter did not finish within "
                                     f"{options.timeout_s:.0f} s") from None
+            except BaseException:  # interrupted or terminated: the worker and what it started go too
+                _kill_group(proc)
+                raise
             listener.join(timeout=5)
         out.seek(0)
         log = out.read().decode(errors="replace")
@@ -139,6 +143,22 @@ def _run_worker(graph: FrozenGraph, workdir: Path, calibration: SampleSet, optio
                             f"{_crash_hint(graph)}", log=_tail(log))
     raise InternalError("convert", f"the converter process failed with exit code {proc.returncode}",
                         log=_tail(log))
+
+
+def _die_with_parent() -> None:
+    """In the worker, before it runs: the kernel sends it SIGKILL when edgeconv dies (Linux)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    proc.wait()
 
 
 def _relay(pipe: IO[str], total: int, progress: Progress | None) -> None:

@@ -56,3 +56,35 @@ def test_crash_log_goes_into_an_output_folder(tmp_path: Path) -> None:
     log = write_crash_log(out, "Traceback ...")
     assert log == out / CRASH_LOG and log.read_text() == "Traceback ..."
     check_writable(out)  # the next build may reuse the folder
+
+
+OLD = {"model.tflite": b"old release", "report.json": b"{}"}
+NEW = {"model.tflite": b"new release", "report.json": b"{\"new\": 1}", "report.md": b"# new"}
+
+
+@pytest.mark.parametrize(("step", "after"), [
+    ("staged", OLD),  # the new files written beside the output, nothing renamed yet
+    ("old_moved", OLD),  # between the two renames: no output folder until recovery puts the old one back
+    ("new_moved", NEW),  # the new release is in place; only the backup is left to remove
+    ("", NEW),  # not killed
+])
+def test_a_commit_killed_at_any_step_leaves_the_old_or_the_new_release(tmp_path: Path, step: str,
+                                                                       after: dict[str, bytes]) -> None:
+    """SIGKILL injected at each step of the commit (EDGECONV_TEST_KILL_AT), then what the next build does
+    first (output.recover): a complete release, and no staging or backup folder left (issue 17)."""
+    import os
+    import subprocess
+    import sys
+
+    from edgeconv.output import MARKER, commit, recover
+
+    out = tmp_path / "build" / "m"
+    commit(out, OLD)
+    code = ("import sys; from pathlib import Path; from edgeconv.output import commit; "
+            f"commit(Path(sys.argv[1]), {NEW!r})")
+    proc = subprocess.run([sys.executable, "-c", code, str(out)], env={**os.environ, "EDGECONV_TEST_KILL_AT": step},
+                          capture_output=True, text=True)
+    assert proc.returncode == (-9 if step else 0), proc.stderr
+    recover(out)
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != MARKER} == after
+    assert sorted(p.name for p in out.parent.iterdir()) == ["m"]

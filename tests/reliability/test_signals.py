@@ -1,0 +1,106 @@
+"""A build that is cancelled never loses the last good release (issue 17): real processes, real
+signals, sent while the TFLite converter worker runs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ..conftest import REPO, tree
+
+pytestmark = pytest.mark.tf
+
+
+def _workers() -> list[int]:
+    """Process ids of converter workers running on this machine."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"edgeconv.converters._tflite_worker" in cmd:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("released")
+    shutil.copytree(REPO / "examples", root / "examples")
+    shutil.copy(REPO / "pipeline.yaml", root / "pipeline.yaml")
+    env = {**os.environ, "EDGECONV_NO_CACHE": "1"}
+    subprocess.run([sys.executable, "-m", "edgeconv", "build", "pipeline.yaml", "-q"], cwd=root, env=env,
+                   check=True, capture_output=True)
+    return root
+
+
+@pytest.fixture
+def released(built: Path, tmp_path: Path) -> Path:
+    """A copy of the example with a good release already in its output folder."""
+    shutil.copytree(built, tmp_path / "p", symlinks=True)
+    return tmp_path / "p"
+
+
+def _build_until_the_worker_runs(project: Path) -> tuple[subprocess.Popen[str], list[int]]:
+    (project / "tmp").mkdir(exist_ok=True)
+    env = {**os.environ, "EDGECONV_NO_CACHE": "1", "TMPDIR": str(project / "tmp")}
+    before = set(_workers())
+    proc = subprocess.Popen([sys.executable, "-m", "edgeconv", "build", "pipeline.yaml", "-q"], cwd=project,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        workers = [w for w in _workers() if w not in before]
+        if workers:
+            return proc, workers
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError("the converter worker never started")
+
+
+def _gone(pids: list[int], within: float = 10.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not any(Path(f"/proc/{p}").exists() and b"zombie" not in _status(p) for p in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _status(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/status").read_bytes().lower()
+    except OSError:
+        return b""
+
+
+def test_sigterm_during_conversion_stops_cleanly_and_keeps_the_release(released: Path) -> None:
+    out = released / "build" / "digits"
+    good = tree(out)
+    proc, workers = _build_until_the_worker_runs(released)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143
+    assert err.strip().splitlines()[-1] == "edgeconv: terminated; the previous output is unchanged"
+    assert _gone(workers)
+    assert tree(out) == good
+    assert sorted(p.name for p in out.parent.iterdir()) == ["digits"]  # no staging or backup folder
+    assert list((released / "tmp").iterdir()) == []  # the work folder is gone too
+
+
+def test_sigkill_of_edgeconv_takes_the_worker_with_it(released: Path) -> None:
+    out = released / "build" / "digits"
+    good = tree(out)
+    proc, workers = _build_until_the_worker_runs(released)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert _gone(workers)  # the kernel's parent-death signal
+    assert tree(out) == good
