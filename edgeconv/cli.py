@@ -164,17 +164,18 @@ def _main(args: argparse.Namespace) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except Exception as exc:  # a bug, or the toolchain failing: traceback to a log
-        return _crash(exc, None)
+        return _crash(exc)
 
 
-def _crash(exc: Exception, out_dir: Path | None) -> int:
-    from .output import write_crash_log
+def _crash(exc: Exception) -> int:
+    """A bug, or the toolchain failing: one line, and the traceback in a log outside every output folder."""
+    from .output import crash_log_dir, write_crash_log
 
     text = (f"edgeconv {__version__}, Python {platform.python_version()}, {platform.platform()}\n"
             f"argv: {sys.argv}\n\n" + "".join(traceback.format_exception(exc)))
     if isinstance(exc, InternalError) and exc.log:
         text += f"\n--- output of the failing stage ---\n{exc.log}\n"
-    path = write_crash_log(out_dir, text) if out_dir is not None else None
+    path = write_crash_log(crash_log_dir(), text)
     if path is None:
         import tempfile
 
@@ -303,10 +304,8 @@ def _build_one(path: Path, args: argparse.Namespace, *, verbose: bool, single: b
     from .pipeline import build
 
     start = time.perf_counter()
-    crash_dir: Path | None = None
     try:
         config = load_pipeline(path)
-        crash_dir = args.out.resolve() if args.out else config.output_dir
         progress = None
         # edgeconv's own logger, set for this build (not the root logger: a host program's or an earlier
         # build's configuration must not decide what this one prints). -q keeps the warnings; the builds of
@@ -333,7 +332,7 @@ def _build_one(path: Path, args: argparse.Namespace, *, verbose: bool, single: b
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # a bug, or the toolchain failing: traceback to a log
-        code = _crash(exc, crash_dir)
+        code = _crash(exc)
         what = str(exc) if isinstance(exc, InternalError) else f"{type(exc).__name__}: {exc}"
         return Outcome(path, code, time.perf_counter() - start, error=f"internal error: {what}")
     outcome = Outcome(path, EXIT_OK if result.passed else EXIT_GATE, time.perf_counter() - start, result.report,

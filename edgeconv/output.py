@@ -25,7 +25,6 @@ from pathlib import Path
 from .errors import OutputError, rel
 
 MARKER = ".edgeconv-output"
-CRASH_LOG = "edgeconv-crash.log"
 log = logging.getLogger("edgeconv")
 # Fault injection for the reliability tests: die (SIGKILL) at this step of the commit.
 _KILL_AT = "EDGECONV_TEST_KILL_AT"
@@ -117,15 +116,32 @@ def _umask() -> int:
     return mask
 
 
-def write_crash_log(path: Path, text: str) -> Path | None:
-    """Write a crash log into the output folder (created if needed); None when impossible."""
+def crash_log_dir() -> Path:
+    """Where crash logs go: ``$EDGECONV_LOG_DIR``, else ``logs`` in the build cache folder. Never an output
+    folder: a crash must not touch the last good release."""
+    from .cache import default_dir
+
+    return Path(os.environ["EDGECONV_LOG_DIR"]) if os.environ.get("EDGECONV_LOG_DIR") else default_dir() / "logs"
+
+
+KEEP_CRASH_LOGS = 20
+
+
+def write_crash_log(folder: Path, text: str) -> Path | None:
+    """Write a crash log into ``folder`` (created if needed), keeping the newest KEEP_CRASH_LOGS; None when
+    impossible (the caller falls back to the temporary folder)."""
+    import datetime
+
     try:
-        if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path / MARKER).exists())):
-            return None  # never touch a folder edgeconv does not own
-        path.mkdir(parents=True, exist_ok=True)
-        (path / MARKER).touch()
-        log = path / CRASH_LOG
-        log.write_text(text)
-        return log
+        folder.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
+        handle, name = tempfile.mkstemp(prefix=f"edgeconv-crash-{stamp}-", suffix=".log", dir=folder)
+        with os.fdopen(handle, "w") as f:
+            f.write(text)
+        log_path = Path(name)
+        old = sorted(folder.glob("edgeconv-crash-*.log"), key=lambda p: p.stat().st_mtime)[:-KEEP_CRASH_LOGS]
+        for p in old:
+            p.unlink(missing_ok=True)
+        return log_path
     except OSError:
         return None

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from edgeconv import OutputError
-from edgeconv.output import CRASH_LOG, MARKER, check_writable, commit, write_crash_log
+from edgeconv.output import MARKER, check_writable, commit, write_crash_log
 
 from ..conftest import tree
 
@@ -47,15 +47,25 @@ def test_refuses_folders_it_does_not_own(tmp_path: Path, monkeypatch: pytest.Mon
     (tmp_path / "file").write_text("x")
     with pytest.raises(OutputError, match=r"^output folder file exists and is not a folder$"):
         check_writable(tmp_path / "file")
-    assert write_crash_log(mine, "boom") is None
     assert (mine / "train.py").read_text() == "precious" and len(list(mine.iterdir())) == 1
 
 
-def test_crash_log_goes_into_an_output_folder(tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    log = write_crash_log(out, "Traceback ...")
-    assert log == out / CRASH_LOG and log.read_text() == "Traceback ..."
-    check_writable(out)  # the next build may reuse the folder
+def test_crash_logs_go_to_their_own_folder_and_do_not_pile_up(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from edgeconv.output import KEEP_CRASH_LOGS, crash_log_dir
+
+    monkeypatch.setenv("EDGECONV_LOG_DIR", str(tmp_path / "logs"))
+    assert crash_log_dir() == tmp_path / "logs"
+    for i in range(KEEP_CRASH_LOGS + 3):
+        log = write_crash_log(crash_log_dir(), f"Traceback {i}")
+        assert log is not None
+        os.utime(log, (1000 + i, 1000 + i))  # distinct ages (the names can share a second)
+    write_crash_log(crash_log_dir(), "last")
+    kept = sorted((tmp_path / "logs").iterdir())
+    assert len(kept) == KEEP_CRASH_LOGS
+    assert "last" in {p.read_text() for p in kept} and "Traceback 0" not in {p.read_text() for p in kept}
 
 
 OLD = {"model.tflite": b"old release", "report.json": b"{}"}
