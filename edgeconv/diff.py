@@ -49,7 +49,41 @@ def load_report(path: str | Path) -> dict[str, Any]:
         raise EdgeconvError(f"{rel(path)}: not an edgeconv report ({exc})") from None
     if not isinstance(data, dict) or "tflite" not in data or "targets" not in data:
         raise EdgeconvError(f"{rel(path)}: not an edgeconv report (no tflite or targets section)")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise EdgeconvError(f"{rel(path)}: report schema_version {data.get('schema_version')!r} is not one this "
+                            f"edgeconv reads ({SCHEMA_VERSION}); compare reports of the same edgeconv release")
+    problem = _shape_problem(data)
+    if problem:
+        raise EdgeconvError(f"{rel(path)}: not a valid edgeconv report: {problem}")
     return data
+
+
+SCHEMA_VERSION = 1  # report.REPORT_SCHEMA_VERSION (not imported: diff stays free of the report module)
+
+
+def _shape_problem(data: Mapping[str, Any]) -> str | None:
+    """The first part of a report that ``diff`` reads and that is missing or of the wrong type."""
+    tfl = data.get("tflite")
+    if not isinstance(tfl, dict):
+        return "tflite is not a mapping"
+    for key, kind in (("op_types", dict), ("sha256", str), ("bytes", int)):
+        if not isinstance(tfl.get(key), kind):
+            return f"tflite.{key} is missing or not a {kind.__name__}"
+    if not isinstance(data.get("gate"), dict) or data["gate"].get("verdict") not in ("pass", "fail"):
+        return "gate.verdict is missing or not pass/fail"
+    targets = data.get("targets")
+    if not isinstance(targets, list):
+        return "targets is not a list"
+    for i, t in enumerate(targets):
+        if not isinstance(t, dict) or not isinstance(t.get("name"), str) or not isinstance(t.get("counts"), dict) \
+                or not isinstance(t.get("ops"), list) or not all(isinstance(op, dict) for op in t["ops"]):
+            return f"targets[{i}] lacks name, counts or ops"
+        if not all(isinstance(t["counts"].get(k), int) for k in ("supported", "cpu_fallback", "unsupported")):
+            return f"targets[{i}].counts lacks supported, cpu_fallback or unsupported"
+    for key in ("memory", "parity"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            return f"{key} is not a mapping"
+    return None
 
 
 def _not_supported(target: Mapping[str, Any]) -> dict[str, Counter[str]]:
