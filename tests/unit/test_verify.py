@@ -262,3 +262,24 @@ def test_a_scope_covering_the_whole_graph_does_not_name_every_op() -> None:
     assert [r["source_layers"] for r in ranked] == [["MobilenetV1/Conv2d_3"], ["paf/stage1"], ["heat"]]
     distinct = culprits.rank(rows, ["MobilenetV1", "paf", "heat"])  # layers that tell them apart: kept
     assert [r["source_layers"] for r in distinct] == [["MobilenetV1"], ["paf"], ["heat"]]
+
+
+def test_an_output_the_converter_keeps_float_is_a_model_error_naming_the_op() -> None:
+    """A TF 2.4-era audio model: the converter left one output float32 although int8 was asked for."""
+    from edgeconv.errors import ModelError
+    from edgeconv.pipeline import _check_io_types
+
+    from ..synthetic import Builder
+
+    b = Builder()
+    x, spec = b.tensor("int8", (1, 16), name="audio"), b.tensor("float32", (1, 8), name="logmel")
+    op, model = b.op("CUSTOM", [x], [spec], custom_code="AudioSpectrogram")
+    sg = dataclasses.replace(model.main, inputs=(x.index,), outputs=(spec.index,))
+    model = dataclasses.replace(model, subgraphs=(sg,))
+    with pytest.raises(ModelError) as info:
+        _check_io_types(model, "int8", "int8")
+    assert str(info.value) == (
+        "the converter kept model output 'logmel' float32, not the configured int8 (written by op #0 "
+        "CUSTOM:AudioSpectrogram 'logmel'): the model has an op the converter does not quantize there. Fix: set "
+        "quantization.output_type: float32, or replace CUSTOM:AudioSpectrogram with an op the converter quantizes")
+    _check_io_types(model, "int8", "float32")  # what the fix says: no error
