@@ -147,3 +147,26 @@ def photos(count: int, height: int, width: int, *, channels: int = 3, seed: int 
         crop = image[top:top + height, left:left + width].astype(np.float32) / 255.0
         out[i] = crop[..., :channels] if channels <= 3 else np.repeat(crop.mean(-1, keepdims=True), channels, -1)
     return out
+
+
+def hostile(path: Path, classes: int = 4) -> Any:
+    """x (12) -> embed Dense 16 relu -> wide Dense 16 -> mix Dense 8 relu -> head Dense ``classes``. One unit
+    of 'wide' is 1000x larger than the rest and 'mix' ignores it: per-tensor INT8 quantization of wide's
+    output crushes the 15 channels that matter. Saved to ``path``; returns the model."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((12,), name="x")
+    h = keras.layers.Dense(16, activation="relu", name="embed")(inp)
+    wide = keras.layers.Dense(16, name="wide")(h)
+    out = keras.layers.Dense(classes, name="head")(keras.layers.Dense(8, activation="relu", name="mix")(wide))
+    model = keras.Model(inp, out)
+    w, b = model.get_layer("wide").get_weights()
+    w[:, 0] *= 1000
+    b[0] = 500
+    model.get_layer("wide").set_weights([w, b])
+    w2, b2 = model.get_layer("mix").get_weights()
+    w2[0, :] = 0
+    model.get_layer("mix").set_weights([w2, b2])
+    model.save(path)
+    return model

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from ..conftest import REPO
+from . import models
 
 
 def build(folder: Path, pipeline: str) -> dict[str, Any]:
@@ -73,22 +74,7 @@ def test_calibration_in_0_255_for_a_model_that_expects_0_1_fails_by_default(tmp_
 def test_a_model_whose_int8_parity_is_poor_fails_by_default(tmp_path: Path) -> None:
     """One unit of 'wide' is 1000x larger than the rest (per-tensor INT8 crushes the others); no gate set,
     no evaluation data: the agreement gate runs on the calibration samples."""
-    import keras
-
-    keras.utils.set_random_seed(0)
-    inp = keras.Input((12,), name="x")
-    h = keras.layers.Dense(16, activation="relu", name="embed")(inp)
-    wide = keras.layers.Dense(16, name="wide")(h)
-    model = keras.Model(inp, keras.layers.Dense(5, name="head")(keras.layers.Dense(8, activation="relu",
-                                                                                  name="mix")(wide)))
-    w, b = model.get_layer("wide").get_weights()
-    w[:, 0] *= 1000
-    b[0] = 500
-    model.get_layer("wide").set_weights([w, b])
-    w2, b2 = model.get_layer("mix").get_weights()
-    w2[0, :] = 0
-    model.get_layer("mix").set_weights([w2, b2])
-    model.save(tmp_path / "m.keras")
+    models.hostile(tmp_path / "m.keras", classes=5)
     np.savez(tmp_path / "cal.npz", x=np.random.default_rng(0).normal(size=(200, 12)).astype(np.float32))
     run = build(tmp_path, "version: 1\nmodel: {path: m.keras}\ncalibration: {path: cal.npz, samples: 200}\n"
                           "targets: [arm-neon]\n")

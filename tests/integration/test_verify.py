@@ -22,6 +22,7 @@ from edgeconv.verify.memory import estimate
 from edgeconv.verify.runner import TFLiteRunner
 
 from ..conftest import REPO
+from . import models
 
 ANY_MODE_TARGET = """
 schema_version: 1
@@ -89,26 +90,9 @@ def test_a_gate_tighter_than_the_measured_parity_fails_with_exit_1(example: dict
 
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """x (12) -> embed Dense 16 relu -> wide Dense 16 -> mix Dense 8 relu -> head Dense 4. One unit of
-    'wide' is 1000x larger than the rest, and 'mix' ignores it: per-tensor INT8 quantization of
-    wide's output crushes the 15 channels that matter."""
-    import keras
-
+    """models.hostile with labels: the model that quantizes badly and the layers that fix it."""
     root = tmp_path_factory.mktemp("hostile")
-    keras.utils.set_random_seed(0)
-    inp = keras.Input((12,), name="x")
-    h = keras.layers.Dense(16, activation="relu", name="embed")(inp)
-    wide = keras.layers.Dense(16, name="wide")(h)
-    out = keras.layers.Dense(4, name="head")(keras.layers.Dense(8, activation="relu", name="mix")(wide))
-    model = keras.Model(inp, out)
-    w, b = model.get_layer("wide").get_weights()
-    w[:, 0] *= 1000
-    b[0] = 500
-    model.get_layer("wide").set_weights([w, b])
-    w2, b2 = model.get_layer("mix").get_weights()
-    w2[0, :] = 0
-    model.get_layer("mix").set_weights([w2, b2])
-    model.save(root / "hostile.keras")
+    model = models.hostile(root / "hostile.keras")
     x = np.random.default_rng(0).normal(size=(400, 12)).astype(np.float32)
     labels = model.predict(x, verbose=0).argmax(1)
     np.savez(root / "cal.npz", x=x[:200])
