@@ -308,16 +308,16 @@ def _build_one(path: Path, args: argparse.Namespace, *, verbose: bool, single: b
         config = load_pipeline(path)
         progress = None
         # edgeconv's own logger, set for this build (not the root logger: a host program's or an earlier
-        # build's configuration must not decide what this one prints). -q keeps the warnings; the builds of
-        # several pipelines print only their summary.
+        # build's configuration must not decide what this one prints). -q and the builds of several
+        # pipelines print only the result; the report keeps every finding.
         logger = logging.getLogger("edgeconv")
         logger.propagate = False
-        if verbose or single:
+        if verbose:
             handler = logging.StreamHandler(sys.stderr)
             handler.setFormatter(_Formatter())
             logger.handlers = [handler]
-            logger.setLevel(logging.INFO if verbose else logging.WARNING)
-            progress = ProgressDisplay(sys.stderr) if verbose else None
+            logger.setLevel(logging.INFO)
+            progress = ProgressDisplay(sys.stderr)
         else:
             logger.handlers = [logging.NullHandler()]
         no_cache = args.no_cache or os.environ.get("EDGECONV_NO_CACHE", "") not in ("", "0")
