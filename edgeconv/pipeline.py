@@ -247,7 +247,7 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     if analyse:
         log.info("measuring the error each quantized op adds on the evaluation data")
     exported = converter.convert(calib, options, "model", progress, debug=evaluation if analyse else None,
-                                 float_reference=config.verify.parity)
+                                 float_reference=config.verify.parity and evaluation is not None)
     tflite_name = f"{config.build_name}.tflite"
     model = parse_tflite(exported.tflite, tflite_name)
     _check_io_types(model, q.io("input").value, q.io("output").value)
@@ -313,8 +313,9 @@ def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, convert
     samples = evaluation if evaluation is not None else calib
     log.info("parity: comparing the source model, the float .tflite and the built .tflite on %d %s samples",
              samples.count, samples.role)
-    float_tflite = exported.float_tflite  # converted with the build, in the same worker
-    assert float_tflite is not None, "the build converts the float reference when parity is on"
+    # With evaluation data the float .tflite is converted with the build (same worker) and must match the
+    # source; on the calibration samples only the built model is compared with the source model.
+    float_tflite = exported.float_tflite
     shapes = {o.name: tuple(o.shape) for o in loaded.graph.outputs}
     labels = samples.label_values() if samples.labels else None
 
@@ -322,7 +323,7 @@ def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, convert
     source_outputs: list[dict[str, Any]] = []
 
     def measure(data: bytes, *, with_float: bool = False) -> dict[str, Any]:
-        runs = {"tflite_float": TFLiteRunner(float_tflite).run} if with_float else {}
+        runs = {"tflite_float": TFLiteRunner(float_tflite).run} if with_float and float_tflite is not None else {}
         runs["built"] = TFLiteRunner(data).run
         step = itertools.count()
 
@@ -339,7 +340,8 @@ def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, convert
     out["parity"] = result
     # The INT8 model's agreement first: when both fail, that is the line the user reads.
     checks += verdict.agreement_checks(result, limits)
-    checks += parity.float_conversion_checks(result, config.verify.float_tolerance, len(model.ops))
+    if float_tflite is not None:
+        checks += parity.float_conversion_checks(result, config.verify.float_tolerance, len(model.ops))
     final = [model.main.tensors[i].name for i in model.main.outputs]
     # A dequantized float output is fed by the quantized op's tensor: that op ends the model too.
     final += [op.inputs[0].name for op in model.ops if op.type == "DEQUANTIZE" and op.inputs[0] is not None

@@ -10,6 +10,7 @@ model or refuses it; its log names the op that failed.
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import sys
@@ -88,6 +89,51 @@ def tflm_runs(path: Path) -> tuple[bool, str]:
     return proc.returncode == 0 and "TFLM-OK" in proc.stdout, log
 
 
+_TFLM_MANY = """
+import sys, numpy as np
+from tflite_micro.python.tflite_micro import runtime
+for i, path in enumerate(sys.argv[1:]):
+    print(f"@@BEGIN {i}", flush=True)
+    try:
+        it = runtime.Interpreter.from_bytes(open(path, 'rb').read(), arena_size=256 * 1024 * 1024)
+        k = 0
+        while True:
+            try:
+                d = it.get_input_details(k)
+            except Exception:
+                break
+            it.set_input(np.zeros(d['shape'], d['dtype']), k)
+            k += 1
+        it.invoke()
+        print(f"@@RESULT {i} OK", flush=True)
+    except Exception as exc:
+        print(exc, flush=True)
+        print(f"@@RESULT {i} FAIL", flush=True)
+"""
+
+
+def tflm_runs_many(paths: list[Path]) -> dict[Path, tuple[bool, str]]:
+    """tflm_runs for many models in few processes: one runs them in turn; a model that crashes the
+    interpreter (an abort) ends that process, is recorded as refused, and the next one starts after it."""
+    out: dict[Path, tuple[bool, str]] = {}
+    start = 0
+    while start < len(paths):
+        batch = paths[start:]
+        proc = subprocess.run([sys.executable, "-c", _TFLM_MANY, *map(str, batch)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=600)
+        parts = re.split(r"^@@BEGIN (\d+)\n", proc.stdout, flags=re.M)
+        last = -1
+        for k in range(1, len(parts) - 1, 2):
+            i, text = int(parts[k]), parts[k + 1]
+            found = re.search(rf"^@@RESULT {i} (OK|FAIL)$", text, re.M)
+            out[batch[i]] = (found is not None and found.group(1) == "OK", text)
+            last = i
+            if found is None:  # the interpreter took the process down with this model
+                break
+        start += max(last + 1, 1)
+    return out
+
+
 def tflm_failed_op(log: str) -> str | None:
     """The op TFLM names in its refusal, if any."""
     for pattern in (r"Didn't find op for builtin opcode '(\w+)'", r"Node (\w+) \(number \d+\) failed to",
@@ -140,7 +186,7 @@ def compare_tflm(path: Path) -> dict[str, object]:
     from edgeconv.targets.checker import check_model
     from edgeconv.targets.target import OpStatus
 
-    runs, log = tflm_runs(path)
+    runs, log = _corpus_tflm().get(path) or tflm_runs(path)
     result = check_model(read_tflite(path), load_target("tflm-cmsis-nn"))
     unsupported = sorted({r.op.label for r in result.ops if r.status is OpStatus.UNSUPPORTED})
     named = None if runs else tflm_failed_op(log)
@@ -165,6 +211,12 @@ CORPUS = sorted(
      *(p for p in (_DATA / "oracles").rglob("*.tflite")
        if not p.name.endswith("_edgetpu.tflite") and p.name != "model_invoking_error.tflite")],
     key=lambda p: p.name)
+
+
+@functools.cache
+def _corpus_tflm() -> dict[Path, tuple[bool, str]]:
+    """The tflite-micro interpreter on the whole corpus, once."""
+    return tflm_runs_many(CORPUS)
 
 
 def known_differences() -> dict[tuple[str, str], list[str]]:
