@@ -129,12 +129,6 @@ class Limits:
     notes: tuple[str, ...] = ()
 
 
-def _fmt(value: float | None, kind: str) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.2%}" if kind == "share" else f"{value:.1f} dB" if kind == "db" else f"{value:g}"
-
-
 # -- checks of each kind ------------------------------------------------------------------------
 
 def target_checks(results: Sequence[TargetResult], limits: Limits, layers: Sequence[str] = ()) -> list[Check]:
