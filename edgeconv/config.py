@@ -109,33 +109,32 @@ _FILE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
 _OBJECT_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
-def _parse_custom_objects(node: yaml.Node, key: str, ctx: Ctx) -> Any:
-    """Class name -> 'module:Class'."""
+def _parse_text_map(node: yaml.Node, key: str, ctx: Ctx, what: str, problem: Any) -> Any:
+    """A mapping of names to text values; ``problem(value, node)`` says what is wrong with a value, or None."""
     if not isinstance(node, yaml.MappingNode):
-        return ctx.error(node, key, "expected a mapping of class name to 'module:Class'")
+        return ctx.error(node, key, f"expected a mapping of {what}")
     out: dict[str, str] = {}
     for k, v in node.value:
         value = v.value if isinstance(v, yaml.ScalarNode) else None
-        if not isinstance(value, str) or not _OBJECT_REF.match(value):
-            ctx.error(v, f"{key}.{k.value}", f"expected 'module:Class', got {_yaml_text(v)}")
+        wrong = problem(value, v)
+        if wrong:
+            ctx.error(v, f"{key}.{k.value}", wrong)
             continue
-        out[str(k.value)] = value
+        out[str(k.value)] = str(value)
     return types.MappingProxyType(out) if len(out) == len(node.value) else INVALID
+
+
+def _parse_custom_objects(node: yaml.Node, key: str, ctx: Ctx) -> Any:
+    """Class name -> 'module:Class'."""
+    return _parse_text_map(node, key, ctx, "class name to 'module:Class'", lambda value, v: None if (
+        isinstance(value, str) and _OBJECT_REF.match(value)) else f"expected 'module:Class', got {_yaml_text(v)}")
 
 
 def _parse_output_kinds(node: yaml.Node, key: str, ctx: Ctx) -> Any:
     """Model output name -> classification | regression."""
-    if not isinstance(node, yaml.MappingNode):
-        return ctx.error(node, key, "expected a mapping of model output name to classification or regression")
-    out: dict[str, str] = {}
-    for k, v in node.value:
-        value = v.value if isinstance(v, yaml.ScalarNode) else None
-        if value not in OUTPUT_KINDS:
-            ctx.error(v, f"{key}.{k.value}", f"unknown output kind {_yaml_text(v)} (allowed: "
-                      f"{allowed_list(OUTPUT_KINDS)}){did_you_mean(str(value), OUTPUT_KINDS)}")
-            continue
-        out[str(k.value)] = str(value)
-    return types.MappingProxyType(out) if len(out) == len(node.value) else INVALID
+    return _parse_text_map(node, key, ctx, "model output name to classification or regression", lambda value, v: None
+                           if value in OUTPUT_KINDS else f"unknown output kind {_yaml_text(v)} (allowed: "
+                           f"{allowed_list(OUTPUT_KINDS)}){did_you_mean(str(value), OUTPUT_KINDS)}")
 
 
 def _yaml_text(node: yaml.Node) -> str:
