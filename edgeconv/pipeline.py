@@ -165,8 +165,11 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
                 served := _from_cache(config, out_dir, targets, key, files)) is not None:
             return served
 
-    with tempfile.TemporaryDirectory(prefix="edgeconv-") as work:
-        result = _build(config, out_dir, targets, Path(work), progress, suggest_keep_float, base)
+    from .converters.tflite_export import Worker
+
+    with tempfile.TemporaryDirectory(prefix="edgeconv-") as work, Worker() as worker:
+        worker.start()  # it imports TensorFlow while this process loads the model
+        result = _build(config, out_dir, targets, Path(work), progress, suggest_keep_float, base, worker)
     if cache is not None and key is not None:
         cache.store(key, out_dir)
     return result
@@ -195,7 +198,8 @@ def _from_cache(config: PipelineConfig, out_dir: Path, targets: list[Target], ke
 
 
 def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: Path,
-           progress: Progress | None, suggest_keep_float: bool, baseline: dict[str, Any] | None) -> BuildResult:
+           progress: Progress | None, suggest_keep_float: bool, baseline: dict[str, Any] | None,
+           worker: Any) -> BuildResult:
     cal_cfg = config.calibration
     q = config.quantization
     log.info("loading %s (%s) in inference mode", rel(config.model.path), config.model.resolved_format().value)
@@ -242,7 +246,7 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
 
     options = ExportOptions(q.io("input").value, q.io("output").value, q.per_channel, batch, mode=q.mode.value,
                             keep_float=q.keep_float)
-    converter = Converter(graph, work / "export")
+    converter = Converter(graph, work / "export", worker)
     analyse = evaluation is not None and config.verify.culprits > 0 and q.mode.calibrated
     if analyse:
         log.info("measuring the error each quantized op adds on the evaluation data")
@@ -295,6 +299,9 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
                    baseline, loaded.graph.layer_names())
 
 
+SOURCE_CHUNK = 256  # samples per call of the source model in parity (when it takes any batch)
+
+
 def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, converter: Any, calib: SampleSet,
             evaluation: SampleSet | None, exported: Any, model: TFLiteModel, suggest_keep_float: bool,
             progress: Progress | None, checks: list[verdict.Check], limits: verdict.Limits) -> dict[str, Any]:
@@ -320,7 +327,10 @@ def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, convert
     labels = samples.label_values() if samples.labels else None
 
     # The source model's outputs, batch by batch: computed once, compared again by every keep-float trial.
+    # A reference that takes any number of samples runs them in chunks (one call per SOURCE_CHUNK samples).
     source_outputs: list[dict[str, Any]] = []
+    chunk = max(1, SOURCE_CHUNK // batch) * batch if loaded.any_batch and reference is loaded.reference else batch
+    chunks = samples.batches(chunk, partial=True)
 
     def measure(data: bytes, *, with_float: bool = False) -> dict[str, Any]:
         runs = {"tflite_float": TFLiteRunner(float_tflite).run} if with_float and float_tflite is not None else {}
@@ -330,7 +340,9 @@ def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, convert
         def source(feeds: Mapping[str, Any]) -> dict[str, Any]:
             k = next(step)
             if k == len(source_outputs):
-                source_outputs.append(reference(feeds))
+                outputs = reference(next(chunks))
+                size = len(next(iter(outputs.values())))
+                source_outputs.extend({o: v[i:i + batch] for o, v in outputs.items()} for i in range(0, size, batch))
             return source_outputs[k]
 
         return parity.measure(source, runs, samples.batches(batch), shapes, labels, config.verify.outputs)

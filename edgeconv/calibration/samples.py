@@ -117,15 +117,20 @@ class SampleSet:
     def spool_file(self, k: int) -> Path:
         return self.folder / f"{self.role}-{k}.bin"
 
-    def batches(self, batch_size: int, limit: int | None = None) -> Iterator[dict[str, np.ndarray]]:
-        """Batches of ``batch_size`` consecutive samples, read from the spool (at most ``limit`` samples)."""
+    def batches(self, batch_size: int, limit: int | None = None, *,
+                partial: bool = False) -> Iterator[dict[str, np.ndarray]]:
+        """Batches of ``batch_size`` consecutive samples, read from the spool (at most ``limit`` samples).
+        With ``partial``, the samples left over at the end come as one smaller batch."""
         total = self.count if limit is None else min(limit, self.count)
+        sizes = [batch_size] * (total // batch_size)
+        if partial and total % batch_size:
+            sizes.append(total % batch_size)
         files = [self.spool_file(k).open("rb") for k in range(len(self.inputs))]
         try:
-            for _ in range(total // batch_size):
+            for size in sizes:
                 batch = {}
                 for f, spec in zip(files, self.inputs):
-                    shape = (batch_size, *spec.shape[1:])
+                    shape = (size, *spec.shape[1:])
                     dtype = np.dtype(spec.dtype)
                     data = f.read(int(np.prod(shape)) * dtype.itemsize)
                     batch[spec.name] = np.frombuffer(data, dtype).reshape(shape)

@@ -1,15 +1,19 @@
-"""Child process of tflite_export: runs the TFLite converter on a prepared job folder.
+"""Child process of tflite_export: runs the TFLite converter on prepared job folders.
 
-Exit 0: ``model.tflite`` written. Exit 2: the converter raised; ``error.json`` says
+``--serve FD`` (how the parent runs it) takes job folders on stdin, one per line, and
+reports each job's code on FD; ``JOB_DIR`` alone runs one job and exits with its code.
+Code 0: ``model.tflite`` written. Code 2: the converter raised; ``error.json`` says
 why. Anything else (a crash, a signal) is reported by the parent as an internal error.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import sys
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -48,12 +52,38 @@ def samples(job: dict[str, Any], report: IO[str] | None, limit: int | None = Non
             f.close()
 
 
-def convert(job_dir: Path, progress_fd: int | None = None) -> int:
+def serve(message_fd: int) -> int:
+    """Import TensorFlow, then run the job folders named on stdin, one per line, until stdin closes.
+    Messages on ``message_fd``: ``N`` (samples calibrated) while a job runs, ``exit RC`` when it ends."""
+    from edgeconv._tf import import_tf
+
+    import_tf()  # while the parent loads the model
+    _calibrate_once()
+    messages = os.fdopen(message_fd, "w")
+    for line in sys.stdin:
+        try:
+            code = convert(Path(line.strip()), messages)
+        except BaseException:  # a bug of ours: said in the log; this worker's state is unknown, so it ends
+            traceback.print_exc()
+            sys.stderr.flush()
+            messages.write("exit 1\n")
+            messages.flush()
+            return 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        messages.write(f"exit {code}\n")
+        messages.flush()
+    return 0
+
+
+def convert(job_dir: Path, report: IO[str] | None = None) -> int:
     from edgeconv._tf import import_tf
 
     tf = import_tf()
+    _calibrate_once()
     job = json.loads((job_dir / "job.json").read_text())
-    report = os.fdopen(progress_fd, "w") if progress_fd is not None else None
+    global _DATA_KEY
+    _DATA_KEY = json.dumps([job["inputs"], job["count"], job["batch_size"]])
 
     def representative() -> Any:
         yield from samples(job, report)
@@ -74,6 +104,34 @@ def convert(job_dir: Path, progress_fd: int | None = None) -> int:
         return 2
     (job_dir / "model.tflite").write_bytes(model)
     return 0
+
+
+_DATA_KEY = ""  # the calibration data of the running job: part of the key of a reused calibration
+
+
+def _calibrate_once() -> None:
+    """Calibration runs once per build. The build's conversion, the per-op error measurement (TF's
+    QuantizationDebugger), keep_float's denylisted conversion and keep_float trials each calibrate
+    the same float model on the same samples; the first result is kept, keyed by the exact model
+    bytes calibrated and the job's calibration data, so the others reuse it and produce the same
+    bytes they would have produced by calibrating again."""
+    from tensorflow.lite.python.optimize import calibrator
+
+    original = calibrator.Calibrator.calibrate
+    if getattr(original, "edgeconv_once", False):
+        return
+    done: dict[str, Any] = {}
+
+    def calibrate(self: Any, dataset_gen: Any) -> Any:
+        key = hashlib.sha256(self._model_content + _DATA_KEY.encode()).hexdigest()
+        if key not in done:
+            done[key] = original(self, dataset_gen)
+        else:
+            print(f"edgeconv worker: calibration of {key[:12]} reused", file=sys.stderr, flush=True)
+        return done[key]
+
+    calibrate.edgeconv_once = True  # type: ignore[attr-defined]
+    calibrator.Calibrator.calibrate = calibrate
 
 
 DEBUG_SAMPLES = 64  # evaluation samples the per-op error is measured on
@@ -221,4 +279,6 @@ def _op_output_names(model: bytes) -> list[str]:
 
 
 if __name__ == "__main__":
-    sys.exit(convert(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else None))
+    if sys.argv[1:2] == ["--serve"]:
+        sys.exit(serve(int(sys.argv[2])))
+    sys.exit(convert(Path(sys.argv[1])))

@@ -27,7 +27,9 @@ class LoadedModel:
     (dropout/noise) at their inference behaviour, the identity, even when their
     ``call()`` forces ``training=True``; it is the reference for a graph whose
     passes replaced those layers. ``notes`` say what the loader decided for the
-    user (bindings, defaults, fallbacks), for the report.
+    user (bindings, defaults, fallbacks), for the report. With ``any_batch``, the
+    reference runs any number of samples per call (parity feeds it large chunks);
+    otherwise it takes exactly model.batch_size samples.
     """
 
     graph: FrozenGraph
@@ -36,6 +38,7 @@ class LoadedModel:
     framework: str
     reference_without: Callable[[Sequence[str]], Runner] | None = None
     notes: tuple[str, ...] = ()
+    any_batch: bool = False
 
     def reference_for(self, layers: Sequence[str]) -> Runner:
         return self.reference_without(layers) if self.reference_without is not None else self.reference

@@ -1,8 +1,8 @@
 """Convert a frozen graph to a full-integer INT8 .tflite with the TFLite converter.
 
-The converter runs in a child process (``_tflite_worker``): on real models it can
-abort or segfault (Keras 3 LSTM to full int8 does in TF 2.21), and that must end
-as a clear error naming the stage, not as a dead tool.
+The converter runs in a child process (``_tflite_worker``, one per build: ``Worker``): on
+real models it can abort or segfault (Keras 3 LSTM to full int8 does in TF 2.21), and that
+must end as a clear error naming the stage, not as a dead tool.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
@@ -53,15 +54,105 @@ class Exported:
 def tflite_from_graph(graph: FrozenGraph, calibration: SampleSet, options: ExportOptions,
                       workdir: Path, progress: Progress | None = None) -> Exported:
     """Quantize ``graph`` as ``options`` say, calibrated on exactly ``calibration``'s samples."""
-    return Converter(graph, workdir).convert(calibration, options, "model", progress)
+    with Worker() as worker:
+        return Converter(graph, workdir, worker).convert(calibration, options, "model", progress)
+
+
+class Worker:
+    """The converter's process for one build. Started early (``start()``), it imports TensorFlow while
+    the parent loads the model; then it runs the build's conversions one after the other (the build,
+    keep_float trials), so TensorFlow is imported once per worker and a calibration it already made is
+    reused. A job that kills it (a converter segfault) ends as a clear error; the next job starts a new
+    worker. It lives in its own process group and dies with its parent, even on SIGKILL."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self._events: queue.Queue[tuple[str, int]] = queue.Queue()
+        self._progress: tuple[Progress | None, int] = (None, 0)
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        self.close()
+        env = dict(os.environ)
+        quiet_tf_env(env)
+        read_fd, write_fd = os.pipe()
+        self._log = tempfile.TemporaryFile()
+        self._events = queue.Queue()
+        self._proc = subprocess.Popen([sys.executable, "-m", WORKER, "--serve", str(write_fd)], stdin=subprocess.PIPE,
+                                      stdout=self._log, stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,),
+                                      start_new_session=True, preexec_fn=_die_with_parent)
+        os.close(write_fd)
+        threading.Thread(target=self._listen, args=(os.fdopen(read_fd), self._events), daemon=True).start()
+
+    def _listen(self, pipe: IO[str], events: queue.Queue[tuple[str, int]]) -> None:
+        """The worker's messages: ``N`` samples calibrated (to ``progress``, at most twice a second) and
+        ``exit RC`` when a job ends; end of file when the worker is gone."""
+        last = 0.0
+        with pipe:
+            for line in pipe:
+                if line.startswith("exit "):
+                    events.put(("exit", int(line.split()[1])))
+                    continue
+                done = int(line.split()[0])
+                progress, total = self._progress
+                if progress is not None and (time.monotonic() - last > 0.5 or done >= total):
+                    progress("calibrating", done, total)
+                    last = time.monotonic()
+        events.put(("gone", 0))
+
+    def run(self, job_dir: Path, total: int, progress: Progress | None, timeout_s: float) -> tuple[int, str]:
+        """Run one job; its exit code (negative: the signal that killed the worker) and its log."""
+        self.start()
+        assert self._proc is not None and self._proc.stdin is not None and self._log is not None
+        self._progress = (progress, total)
+        offset = self._log.seek(0, os.SEEK_END)
+        try:
+            self._proc.stdin.write(f"{job_dir}\n".encode())
+            self._proc.stdin.flush()
+            kind, code = self._events.get(timeout=timeout_s)
+        except queue.Empty:
+            self.close()
+            raise InternalError("convert", f"the TFLite converter did not finish within {timeout_s:.0f} s") from None
+        except BrokenPipeError:  # it died before the job reached it
+            kind, code = "gone", 0
+        except BaseException:  # interrupted or terminated: the worker and what it started go too
+            self.close()
+            raise
+        finally:
+            self._progress = (None, 0)
+        if kind == "gone":
+            code = self._proc.wait()
+        self._log.seek(offset)
+        log = self._log.read().decode(errors="replace")
+        if kind == "gone" or code not in (0, EXIT_CONVERTER_ERROR):
+            self.close()  # its state is unknown: the next job gets a new worker
+        return code, log
+
+    def close(self) -> None:
+        if self._proc is not None:
+            _kill_group(self._proc)
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()
+            self._proc = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
 
 class Converter:
     """Conversions of one graph: saved once as a SavedModel, converted as often as needed
-    (the build, the float reference, keep_float trials), each in its own worker process."""
+    (the build, the float reference, keep_float trials) by the build's worker process."""
 
-    def __init__(self, graph: FrozenGraph, workdir: Path) -> None:
-        self.graph, self.workdir = graph, workdir
+    def __init__(self, graph: FrozenGraph, workdir: Path, worker: Worker) -> None:
+        self.graph, self.workdir, self.worker = graph, workdir, worker
         workdir.mkdir(parents=True, exist_ok=True)
         save_serving_model(graph, workdir / "saved_model")
 
@@ -71,9 +162,10 @@ class Converter:
         """One conversion. The worker streams the samples from the spool files, one batch at a
         time, and reports each calibration step on a pipe; ``progress`` hears about them. With
         ``debug``, the worker also measures the error each quantized op adds on those samples
-        (TF's QuantizationDebugger); with ``float_reference`` it also converts the graph without
-        quantization (in the same process: TensorFlow is imported once)."""
-        return _run_worker(self.graph, self.workdir, calibration, options, label, progress, debug, float_reference)
+        (TF's QuantizationDebugger, on the same calibration); with ``float_reference`` it also
+        converts the graph without quantization."""
+        return _run_worker(self.worker, self.graph, self.workdir, calibration, options, label, progress, debug,
+                           float_reference)
 
 
 def _spool_json(data: SampleSet) -> list[dict[str, object]]:
@@ -81,8 +173,9 @@ def _spool_json(data: SampleSet) -> list[dict[str, object]]:
             for k, i in enumerate(data.inputs)]
 
 
-def _run_worker(graph: FrozenGraph, workdir: Path, calibration: SampleSet, options: ExportOptions, label: str,
-                progress: Progress | None, debug: SampleSet | None, float_reference: bool = False) -> Exported:
+def _run_worker(worker: Worker, graph: FrozenGraph, workdir: Path, calibration: SampleSet, options: ExportOptions,
+                label: str, progress: Progress | None, debug: SampleSet | None,
+                float_reference: bool = False) -> Exported:
     job_dir = workdir / label
     job_dir.mkdir(parents=True, exist_ok=True)
     job = {
@@ -99,37 +192,14 @@ def _run_worker(graph: FrozenGraph, workdir: Path, calibration: SampleSet, optio
         "float_reference": float_reference,
     }
     (job_dir / "job.json").write_text(json.dumps(job))
-    env = dict(os.environ)
-    quiet_tf_env(env)
-    read_fd, write_fd = os.pipe()
-    with tempfile.TemporaryFile() as out:
-        # Its own process group, and it dies with its parent (even on SIGKILL of edgeconv).
-        proc = subprocess.Popen([sys.executable, "-m", WORKER, str(job_dir), str(write_fd)], stdout=out,
-                                stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,), start_new_session=True,
-                                preexec_fn=_die_with_parent)
-        os.close(write_fd)
-        with os.fdopen(read_fd) as pipe:
-            listener = threading.Thread(target=_relay, args=(pipe, calibration.count, progress), daemon=True)
-            listener.start()
-            try:
-                proc.wait(timeout=options.timeout_s)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc)
-                raise InternalError("convert", f"the TFLite converter did not finish within "
-                                    f"{options.timeout_s:.0f} s") from None
-            except BaseException:  # interrupted or terminated: the worker and what it started go too
-                _kill_group(proc)
-                raise
-            listener.join(timeout=5)
-        out.seek(0)
-        log = out.read().decode(errors="replace")
+    returncode, log = worker.run(job_dir, calibration.count, progress, options.timeout_s)
     workdir = job_dir
-    if proc.returncode == 0:
+    if returncode == 0:
         layers = json.loads((workdir / "layers.json").read_text()) if (workdir / "layers.json").exists() else None
         float_file = workdir / "float.tflite"
         return Exported((workdir / "model.tflite").read_bytes(), log, layers,
                         float_file.read_bytes() if float_file.exists() else None)
-    if proc.returncode == EXIT_CONVERTER_ERROR and (workdir / "error.json").exists():
+    if returncode == EXIT_CONVERTER_ERROR and (workdir / "error.json").exists():
         error = json.loads((workdir / "error.json").read_text())
         if error["type"] == "keep_float":
             raise ModelError(error["message"])
@@ -137,14 +207,14 @@ def _run_worker(graph: FrozenGraph, workdir: Path, calibration: SampleSet, optio
         if flex:
             raise ModelError(_flex_message(graph, flex))
         raise ModelError(f"the TFLite converter rejected the model ({error['type']}): {error['message']}")
-    if proc.returncode < 0:
-        name = signal.Signals(-proc.returncode).name
+    if returncode < 0:
+        name = signal.Signals(-returncode).name
         hint = _crash_hint(graph)
         if hint:  # a known limitation of the converter on this model: the model's to change, not a bug of ours
             raise ModelError(f"the TFLite converter crashed ({name}) while converting the model{hint}")
         raise InternalError("convert", f"the TFLite converter crashed ({name}) while converting the model",
                             log=_tail(log))
-    raise InternalError("convert", f"the converter process failed with exit code {proc.returncode}",
+    raise InternalError("convert", f"the converter process failed with exit code {returncode}",
                         log=_tail(log))
 
 
@@ -162,16 +232,6 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     except (ProcessLookupError, PermissionError):
         proc.kill()
     proc.wait()
-
-
-def _relay(pipe: IO[str], total: int, progress: Progress | None) -> None:
-    """Pass the worker's "calibrated N samples" lines on to ``progress``, at most twice a second."""
-    last = 0.0
-    for line in pipe:
-        done = int(line.split()[0])
-        if progress is not None and (time.monotonic() - last > 0.5 or done >= total):
-            progress("calibrating", done, total)
-            last = time.monotonic()
 
 
 def _crash_hint(graph: FrozenGraph) -> str:

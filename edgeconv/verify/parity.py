@@ -50,9 +50,11 @@ class _Accumulator:
         self.sum_abs += float(diff.sum())
         self.signal += float(np.sum(want ** 2))
         self.noise += float(np.sum((want - got) ** 2))
-        for w, g in zip(want, got):
-            norm = float(np.linalg.norm(w) * np.linalg.norm(g))
-            self.cosine_sum += float(w @ g) / norm if norm > 0 else float(np.array_equal(w, g))
+        norms = np.linalg.norm(want, axis=1) * np.linalg.norm(got, axis=1)
+        dots = np.einsum("ij,ij->i", want, got)
+        equal = np.all(want == got, axis=1)  # two zero rows agree perfectly; one zero row not at all
+        cosine = np.where(norms > 0, dots / np.where(norms > 0, norms, 1.0), equal.astype(np.float64))
+        self.cosine_sum += float(cosine.sum())
         if want.shape[1] > 1:
             self.agree += int(np.sum(want.argmax(1) == got.argmax(1)))
 
