@@ -64,6 +64,13 @@ class FrozenGraph:
 _SUFFIX = re.compile(r"_\d+$")
 
 
+def scopes_naming(name: str, layers: set[str] | frozenset[str]) -> set[str]:
+    """Every layer of ``layers`` that a scope of ``name`` names, as ``source_layers`` matches a scope,
+    not only the innermost."""
+    scopes = [scope for part in name.split(";") for scope in (part.split("/")[:-1] or part.split("/"))]
+    return {n for scope in scopes for n in (scope, _SUFFIX.sub("", scope)) if n in layers}
+
+
 def source_layers(name: str, layers: Iterable[str]) -> list[str]:
     """Source layer names for a graph node or .tflite tensor name.
 
@@ -72,7 +79,7 @@ def source_layers(name: str, layers: Iterable[str]) -> list[str]:
     so a scope matches a layer by its exact name or with one such suffix stripped.
     The innermost matching scope of each path wins.
     """
-    known = set(layers)
+    known = layers if isinstance(layers, (set, frozenset)) else set(layers)  # callers in loops pass a set
     found: list[str] = []
     for part in name.split(";"):
         match = None

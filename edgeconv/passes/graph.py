@@ -7,6 +7,7 @@ imports no TensorFlow itself. Tensor names follow TF: ``node`` is output 0 of
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -41,12 +42,25 @@ class GraphEditor:
         self.graph = graph
         self.graph_def = copy.deepcopy(graph.graph_def)
         self.outputs = [canonical(o.tensor) for o in graph.outputs]
-        self._layers = graph.layer_names()
+        self._layers = frozenset(graph.layer_names())
+        self._fixed: dict[str, Any] | None = None
 
     # -- queries ---------------------------------------------------------------
     @property
     def nodes(self) -> dict[str, Any]:
+        if self._fixed is not None:
+            return self._fixed
         return {n.name: n for n in self.graph_def.node}
+
+    @contextlib.contextmanager
+    def fixed_nodes(self) -> Iterator[None]:
+        """For edits that add and remove no node (reroutes only): ``nodes`` is built once, not on every
+        query (a pass that queries per match stays linear)."""
+        self._fixed = {n.name: n for n in self.graph_def.node}
+        try:
+            yield
+        finally:
+            self._fixed = None
 
     def data_inputs(self, node: Any) -> list[str]:
         return [canonical(t) for t in node.input if not is_control(t)]
@@ -118,16 +132,31 @@ class GraphEditor:
     # -- edits -----------------------------------------------------------------
     def reroute(self, old: str, new: str) -> None:
         """Make every use of tensor ``old`` use tensor ``new`` instead."""
-        old, new = canonical(old), canonical(new)
+        self.reroute_many({old: new})
+
+    def reroute_many(self, mapping: dict[str, str]) -> None:
+        """Every ``reroute(old, new)`` of ``mapping`` at once, in one walk over the graph (a pass that
+        bypasses thousands of nodes stays linear). Chains resolve as if rerouted one by one: when ``a``
+        goes to ``b`` and ``b`` to ``c``, uses of ``a`` end on ``c``."""
+        table = {canonical(k): canonical(v) for k, v in mapping.items()}
+
+        def final(tensor: str) -> str:
+            seen = {tensor}
+            while tensor in table and table[tensor] not in seen:
+                tensor = table[tensor]
+                seen.add(tensor)
+            return tensor
+
         for node in self.graph_def.node:
             for i, t in enumerate(node.input):
-                if not is_control(t) and canonical(t) == old:
-                    node.input[i] = new
-        self.outputs = [new if o == old else o for o in self.outputs]
+                if not is_control(t) and canonical(t) in table:
+                    node.input[i] = final(canonical(t))
+        self.outputs = [final(o) for o in self.outputs]
 
     def add_node(self, name: str, op: str, inputs: Iterable[str], **attrs: Any) -> Any:
         """Append a node; ``attrs`` are type attributes (DataType enums, e.g. ``T=1``), bools or
         ints. Attributes with defaults can be left out: importing the graph fills them in."""
+        assert self._fixed is None, "add_node inside fixed_nodes()"
         if name in self.nodes:
             raise AssertionError(f"node {name!r} already exists")
         node = self.graph_def.node.add()

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any, ClassVar
 
 from ..errors import ModelError
-from ..ir import FrozenGraph, source_layers
+from ..ir import FrozenGraph, scopes_naming
 from .base import PassResult, Removal, Rewrite
 from .control_flow import fold_constant_conds
 from .graph import GraphEditor, canonical, const_value, node_of
@@ -66,12 +66,13 @@ class StripTrainingPass:
         folded = fold_constant_conds(ed)
         reasons: dict[str, str] = {}
         rewrites = folded.rewrites + self._rewrite_random(ed, reasons)
+        bypass: dict[str, str] = {}  # rerouted at once: one walk over the graph, not one per Identity
         for node in list(ed.graph_def.node):
             if node.op in IDENTITY_OPS or node.op in DEBUG_PASSTHROUGH_OPS:
                 data = ed.data_inputs(node)
                 outputs = range(len(data)) if node.op == "IdentityN" else range(1)
                 for i in outputs:
-                    ed.reroute(f"{node.name}:{i}", data[i])
+                    bypass[canonical(f"{node.name}:{i}")] = data[i]
                 reasons[node.name] = REASON_IDENTITY if node.op in IDENTITY_OPS else REASON_DEBUG
             elif node.op in DEBUG_SIDE_EFFECT_OPS:
                 reasons[node.name] = REASON_DEBUG
@@ -80,6 +81,7 @@ class StripTrainingPass:
                 for name in ed.ancestors([node.name]):
                     reasons.setdefault(name, REASON_STATE)
                 reasons[node.name] = REASON_STATE
+        ed.reroute_many(bypass)
         # A control edge must not keep alive what this pass removes (an Assert, a bypassed Identity).
         ed.drop_control_inputs(to=lambda n: n.name in reasons)
         removed = tuple(folded.removed) + tuple(
@@ -93,6 +95,12 @@ class StripTrainingPass:
 
     def _rewrite_random(self, ed: GraphEditor, reasons: dict[str, str]) -> list[Rewrite]:
         """Replace each dropout/noise subgraph by the tensor it modulates."""
+        with ed.fixed_nodes():
+            rewrites, bypass = self._random_joins(ed, reasons)
+        ed.reroute_many(bypass)  # at once: chained dropouts resolve as if rerouted one by one
+        return rewrites
+
+    def _random_joins(self, ed: GraphEditor, reasons: dict[str, str]) -> tuple[list[Rewrite], dict[str, str]]:
         nodes = ed.nodes
         live = ed.depends_on_inputs()
         consumers = ed.consumers()
@@ -100,6 +108,7 @@ class StripTrainingPass:
         random_nodes = sorted((n for n in ed.graph_def.node if n.op in RANDOM_OPS),
                               key=lambda n: n.op in SEED_OPS)
         rewrites: list[Rewrite] = []
+        bypass: dict[str, str] = {}
         done: set[str] = set()
         for rnd in random_nodes:
             region = _mask_region(rnd.name, consumers, live, ed)
@@ -117,13 +126,13 @@ class StripTrainingPass:
                 layers = ed.layers_of(join_name)
                 if replacement is None:
                     raise ModelError(_refusal(rnd, join, layers, ed, how))
-                ed.reroute(join_name, replacement)
+                bypass[join_name] = replacement
                 reasons[join_name] = REASON_RANDOM
                 scale = nodes.get(node_of(_data_input(join, region, ed) or ""))
                 if scale is not None and canonical(scale.name) != canonical(replacement):
                     reasons[scale.name] = REASON_RANDOM
                 rewrites.append(Rewrite(layers, join_name, how))
-        return rewrites
+        return rewrites, bypass
 
     def _refuse_leftovers(self, ed: GraphEditor) -> None:
         for node in ed.graph_def.node:
@@ -237,12 +246,13 @@ def _refusal(rnd: Any, join: Any, layers: tuple[str, ...], ed: GraphEditor, how:
 
 def _untraced_training_layers(graph: FrozenGraph) -> list[str]:
     """Training-only layers that left no op in the traced graph (already inference identities)."""
-    names = [n.name for n in graph.graph_def.node]
+    wanted = {layer.name for layer in graph.layers if layer.training_only}
+    found = {layer for n in graph.graph_def.node for layer in scopes_naming(n.name, wanted)}
     notes = []
     for layer in graph.layers:
         if not layer.training_only:
             continue
-        hit = any(layer.name in source_layers(n, [layer.name]) for n in names)
+        hit = layer.name in found
         detail = f", {layer.detail}" if layer.detail else ""
         if not hit:
             notes.append(f"{layer.class_name} layer {layer.name!r}{detail}: no ops in the traced graph; "

@@ -44,3 +44,29 @@ def test_pin_shapes_errors(declared: list, input_shapes: dict, message: str) -> 
 ])
 def test_scope_layers(names: list[str], layers: list[str]) -> None:
     assert [layer.name for layer in scope_layers(names, skip=["image", "serving_default_x"])] == layers
+
+
+@pytest.mark.parametrize(("mapping", "inputs", "outputs", "graph_output"), [
+    ({"b": "a"}, ["b", "b:1", "^b"], ["a", "b:1", "^b"], "c"),  # control edges and other ports stay
+    ({"c": "b", "b": "a"}, ["c", "b"], ["a", "a"], "a"),  # a chain resolves as if rerouted one by one
+    ({"b": "a", "c": "b"}, ["c:0"], ["a"], "a"),  # in any order, and ``c:0`` is ``c``
+    ({"b": "c", "c": "b"}, ["b"], ["c"], "b"),  # a cycle (no pass makes one) ends before a name repeats
+])
+def test_reroute_many_is_reroute_one_by_one(mapping: dict[str, str], inputs: list[str], outputs: list[str],
+                                            graph_output: str) -> None:
+    from edgeconv.ir import FrozenGraph, TensorSpec
+    from edgeconv.passes.graph import GraphEditor
+
+    class _Node:
+        def __init__(self, name: str, inputs: list[str]) -> None:
+            self.name, self.op, self.input = name, "Identity", list(inputs)
+
+    class _GraphDef:
+        def __init__(self) -> None:
+            self.node = [_Node("user", inputs)]
+
+    graph = FrozenGraph(_GraphDef(), (), (TensorSpec("out", "c:0", (1,), "float32"),))
+    ed = GraphEditor(graph)
+    ed.reroute_many(mapping)
+    assert ed.graph_def.node[0].input == outputs
+    assert ed.outputs == [graph_output]
