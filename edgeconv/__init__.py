@@ -9,12 +9,31 @@ Public API::
 TensorFlow is imported only by the build stages that need it.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._version import __version__
-from .config import PipelineConfig, load_pipeline
-from .errors import ConfigError, DataError, EdgeconvError, InternalError, ModelError, ModelFileError, OutputError
-from .pipeline import BuildResult, CheckResult, build, check
+
+if TYPE_CHECKING:
+    from .config import PipelineConfig, load_pipeline
+    from .errors import (ConfigError, DataError, EdgeconvError, InternalError, ModelError, ModelFileError,
+                         OutputError)
+    from .pipeline import BuildResult, CheckResult, build, check
 
 __all__ = [
     "BuildResult", "CheckResult", "ConfigError", "DataError", "EdgeconvError", "InternalError", "ModelError",
     "ModelFileError", "OutputError", "PipelineConfig", "__version__", "build", "check", "load_pipeline",
 ]
+# Where each public name lives. They are imported on first use, so ``edgeconv --help`` (which imports
+# this package) loads neither numpy nor YAML.
+_HOMES = {"PipelineConfig": "config", "load_pipeline": "config", "BuildResult": "pipeline", "CheckResult": "pipeline",
+          "build": "pipeline", "check": "pipeline", **{n: "errors" for n in __all__ if n.endswith("Error")}}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'edgeconv' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
+    globals()[name] = value
+    return value

@@ -44,6 +44,23 @@ def test_light_commands_do_not_import_tensorflow(argv: list[str], code: int) -> 
     assert result.stderr.strip().endswith("TF_NOT_IMPORTED")
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["build", "--help"]])
+def test_help_imports_neither_numpy_nor_yaml(argv: list[str]) -> None:
+    """What --help costs is the interpreter and argparse (0.09 s on the CI machine, was 0.8 s)."""
+    probe = (f"import sys\nfrom edgeconv.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+             "print(sorted(m for m in ('numpy', 'yaml', 'tensorflow') if m in sys.modules), file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
+    assert result.stderr.strip().splitlines()[-1] == "[]"
+
+
+def test_the_public_api_is_there_on_first_use() -> None:
+    import edgeconv
+
+    assert callable(edgeconv.build) and issubclass(edgeconv.ConfigError, edgeconv.EdgeconvError)
+    with pytest.raises(AttributeError, match="no attribute 'buidl'"):
+        edgeconv.buidl  # noqa: B018
+
+
 def test_version() -> None:
     result = subprocess.run([sys.executable, "-m", "edgeconv", "--version"], capture_output=True, text=True)
     assert result.stdout.strip() == f"edgeconv {__version__}"
