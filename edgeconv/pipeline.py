@@ -11,6 +11,7 @@ import math
 import os
 import re
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -202,6 +203,7 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
            worker: Any) -> BuildResult:
     cal_cfg = config.calibration
     q = config.quantization
+    clock = _Clock()
     log.info("loading %s (%s) in inference mode", rel(config.model.path), config.model.resolved_format().value)
     from .converters.loaders import load_model
 
@@ -212,6 +214,7 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     if unknown:  # known only once the model is loaded; still before any data is read or converted
         raise ConfigError([f"{rel(config.source)}: verify.outputs: {name!r} is not a model output (outputs: "
                            f"{', '.join(outputs)}){did_you_mean(name, outputs)}" for name in unknown])
+    clock.lap("load")
     evaluation = (_collect(config.evaluation, "evaluation", inputs, config, work, progress)
                   if config.evaluation is not None else None)
     expected = _expected_ranges(config, inputs)
@@ -226,6 +229,7 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
         calib = collect(RandomReader(inputs, count, 0), inputs, role="random", source="random", samples=count,
                         seed=0, folder=work)
 
+    clock.lap("data")
     graph = loaded.graph
     pass_results: list[PassResult] = []
     for p in config.passes:
@@ -238,6 +242,7 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     equivalence = _equivalence(reference, graph, calib, batch, config.verify.pass_samples,
                                config.verify.pass_tolerance)
 
+    clock.lap("passes")
     if q.mode.calibrated:
         log.info("converting to %s with %d calibration samples", q.mode.value, calib.count)
     else:
@@ -252,6 +257,7 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
         log.info("measuring the error each quantized op adds on the evaluation data")
     exported = converter.convert(calib, options, "model", progress, debug=evaluation if analyse else None,
                                  float_reference=config.verify.parity and evaluation is not None)
+    clock.lap("convert")
     tflite_name = f"{config.build_name}.tflite"
     model = parse_tflite(exported.tflite, tflite_name)
     _check_io_types(model, q.io("input").value, q.io("output").value)
@@ -275,13 +281,16 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     # Before any verdict, the built model must run on every sample the build has.
     from .verify import invoke
 
+    clock.lap("check")
     sets = [(calib.role, calib.batches(batch)), *([("evaluation", evaluation.batches(batch))] if evaluation else [])]
     runs = invoke.invoke_all(exported.tflite, sets, loaded.graph.layer_names())
+    clock.lap("invoke")
     checks.append(verdict.simple("runtime.invoke", verdict.Kind.RUNTIME, not runs["failed"], invoke.sentence(runs),
                                  runs["failed"], 0))
     verification = (_verify(config, loaded, reference, converter, calib, evaluation, exported, model,
                             suggest_keep_float, progress, checks, limits) if not runs["failed"] else
                     {"parity": None, "culprits": None, "keep_float_suggestion": None})
+    clock.lap("verify")
     onnx_files, onnx_json = (_onnx(config, graph, reference, exported.tflite, model, evaluation or calib, work,
                                    checks) if config.output.onnx is not None else ({}, None))
     source = _model_json(config, out_dir, loaded.format, loaded.framework, loaded.graph.inputs,
@@ -294,9 +303,28 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     body.update(verification)
     body["invoke"] = runs
     body["onnx"] = onnx_json
+    clock.lap("onnx" if config.output.onnx is not None else "report")
+    body["timings"] = clock.to_json()
     graph_io = ([i.node for i in loaded.graph.inputs], [canonical(o.tensor) for o in loaded.graph.outputs])
     return _commit(config, out_dir, tflite_name, exported.tflite, body, results, checks, limits, graph_io, files,
                    baseline, loaded.graph.layer_names())
+
+
+class _Clock:
+    """Seconds per build stage, for the report and the console's last lines."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.perf_counter()
+        self.stages: dict[str, float] = {}
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.stages[stage] = self.stages.get(stage, 0.0) + now - self.last
+        self.last = now
+
+    def to_json(self) -> dict[str, Any]:
+        return {"stages_s": {k: round(v, 2) for k, v in self.stages.items()},
+                "total_s": round(self.last - self.start, 2)}
 
 
 SOURCE_CHUNK = 256  # samples per call of the source model in parity (when it takes any batch)

@@ -192,6 +192,10 @@ def console_lines(report: Mapping[str, Any]) -> list[str]:
         lines.append(f"calibration: {len(warnings)} warning(s) (report.md lists them; gates.fail_on_calibration_warnings "
                      "makes them fail)")
     lines += [f"loosened: {note}" for note in gate.get("disabled", [])]
+    timings = report.get("timings")
+    if timings:
+        stages = ", ".join(f"{k} {v:.1f} s" for k, v in timings["stages_s"].items())
+        lines.append(f"time: {stages} (total {timings['total_s']:.1f} s)")
     lines.append(f"gate: {gate['verdict'].upper()}")
     lines += [f"  - {reason}" for reason in gate["reasons"]]
     return lines

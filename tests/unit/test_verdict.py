@@ -112,3 +112,11 @@ def test_a_warning_is_annotated_but_does_not_fail() -> None:
     body = report([*PASSING, warning])
     assert body["gate"]["verdict"] == "pass"
     assert any(line.startswith("::warning") for line in workflow_commands([Outcome(Path("p.yaml"), 0, 1.0, body)]))
+
+
+def test_the_console_gives_each_stage_time_before_the_verdict() -> None:
+    body = {**report(PASSING), "timings": {"stages_s": {"load": 7.06, "convert": 1.84, "verify": 0.8},
+                                           "total_s": 9.71}}
+    lines = console_lines(body)
+    assert lines[lines.index("gate: PASS") - 1] == "time: load 7.1 s, convert 1.8 s, verify 0.8 s (total 9.7 s)"
+    assert not [line for line in console_lines(report(PASSING)) if line.startswith("time:")]  # a cached .tflite check

@@ -1,0 +1,235 @@
+"""What a build costs next to the hand-written script it replaces, side by side in one run.
+
+    python scripts/bench_build.py [--models digits mobilenetv2-0.35-96 ...] [--repeat 1] [--work DIR]
+                                  [--edgeconv-from OTHER_CHECKOUT]
+
+Every variant runs in a fresh process, one after the other, on the same model and the same
+calibration (200 samples) and evaluation data:
+
+- ``hand``: what people write: load the Keras model, ``TFLiteConverter.from_keras_model`` with a
+  representative dataset, full INT8 (int8 I/O), write the file.
+- ``hand+check``: the same, plus ``tf.lite.experimental.Analyzer`` and a hand parity loop (the
+  Keras model on the evaluation data in chunks vs the .tflite one sample at a time: SQNR, top-1).
+- ``edgeconv (no verification)``: ``edgeconv build`` with ``verify.parity: false``, ``culprits: 0``.
+- ``edgeconv (default)``: ``edgeconv build`` of the pipeline as users write it (evaluation data,
+  parity, per-op error ranking, the built model run on every sample).
+
+Per variant: wall time, CPU time (the process and its children), and the peak of the whole process
+tree's resident memory (sampled every 50 ms). ``--edgeconv-from`` adds the same two edgeconv rows run
+from another checkout (an older commit), for a before/after table.
+
+Models: ``digits`` (the shipped example), ``mobilenetv2-0.35-96``, ``mobilenetv2-1.0-224`` and
+``efficientnetb0-224`` (keras.applications, random weights, seed 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+APPS = {
+    "mobilenetv2-0.35-96": ("MobileNetV2", {"alpha": 0.35}, 96),
+    "mobilenetv2-1.0-224": ("MobileNetV2", {"alpha": 1.0}, 224),
+    "efficientnetb0-224": ("EfficientNetB0", {}, 224),
+}
+CALIBRATION, EVALUATION = 200, 100
+
+HAND = textwrap.dedent('''
+    import sys, numpy as np, tensorflow as tf, keras
+    model_path, cal_path, eval_path, out, check = sys.argv[1:6]
+    model = keras.models.load_model(model_path, compile=False)
+    name = model.inputs[0].name
+    cal = np.load(cal_path)[name]
+    def representative():
+        for i in range(len(cal)):
+            yield [cal[i:i + 1]]
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = representative
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    converter.inference_input_type = tf.int8
+    converter.inference_output_type = tf.int8
+    data = converter.convert()
+    open(out, "wb").write(data)
+    if check == "1":
+        tf.lite.experimental.Analyzer.analyze(model_content=data)
+        x = np.load(eval_path)[name]
+        want = np.concatenate([np.asarray(model(x[i:i + 64], training=False)) for i in range(0, len(x), 64)])
+        from ai_edge_litert.interpreter import Interpreter
+        it = Interpreter(model_content=data)
+        it.allocate_tensors()
+        i, o = it.get_input_details()[0], it.get_output_details()[0]
+        (si, zi), (so, zo) = i["quantization"], o["quantization"]
+        got = []
+        for k in range(len(x)):
+            it.set_tensor(i["index"], np.clip(np.round(x[k:k + 1] / si + zi), -128, 127).astype(np.int8))
+            it.invoke()
+            got.append((it.get_tensor(o["index"]).astype(np.float32) - zo) * so)
+        got = np.concatenate(got).reshape(want.shape)
+        sqnr = 10 * np.log10(np.sum(want ** 2) / np.sum((want - got) ** 2))
+        print("sqnr", sqnr, "top1", np.mean(want.argmax(-1) == got.argmax(-1)))
+''')
+
+
+def make_model(work: Path, name: str) -> tuple[Path, Path, Path]:
+    """The model, its calibration .npz and its evaluation .npz (key = the model's input name)."""
+    if name == "digits":
+        src = REPO / "examples" / "digits"
+        return src / "model.keras", src / "calibration.npz", src / "eval.npz"
+    folder = work / name
+    model_path = folder / "model.keras"
+    if not model_path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-c", textwrap.dedent(f'''
+            import numpy as np, keras
+            keras.utils.set_random_seed(0)
+            cls, kw, size = {APPS[name]!r}
+            model = getattr(keras.applications, cls)(input_shape=(size, size, 3), weights=None, **kw)
+            model.save({str(model_path)!r})
+            name = model.inputs[0].name
+            rng = np.random.default_rng(0)
+            yy, xx = np.mgrid[0:size, 0:size]
+            def images(n):
+                phase = rng.uniform(0, 6.3, size=(n, 1, 1, 3))
+                freq = rng.uniform(0.02, 0.2, size=(n, 1, 1, 3))
+                return (np.sin(freq * (xx + yy)[None, :, :, None] + phase)).astype(np.float32)
+            np.savez({str(folder / "calibration.npz")!r}, **{{name: images({CALIBRATION})}})
+            np.savez({str(folder / "eval.npz")!r}, **{{name: images({EVALUATION})}})
+        ''')], check=True)
+    return model_path, folder / "calibration.npz", folder / "eval.npz"
+
+
+def pipeline(folder: Path, model: Path, cal: Path, ev: Path, name: str, *, verify: bool) -> Path:
+    labels = "\n  labels: label" if name == "digits" else ""
+    text = textwrap.dedent(f"""\
+        version: 1
+        name: {name}
+        model: {{path: {model}, batch_size: 1}}
+        calibration: {{source: npz, path: {cal}, samples: {CALIBRATION}, seed: 0}}
+        """)
+    if verify:
+        text += f"evaluation:\n  path: {ev}{labels}\n"
+    else:
+        text += "verify: {parity: false, culprits: 0}\n"
+    text += ("passes: [strip-training]\nquantization: {mode: int8, input_type: int8, output_type: int8}\n"
+             "targets: [generic-int8]\noutput: {dir: out}\n")
+    path = folder / ("default.yaml" if verify else "noverify.yaml")
+    path.write_text(text)
+    return path
+
+
+def _tree_rss(root: int) -> int:
+    """Resident memory of ``root`` and every process below it, in bytes."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+            rss[int(entry.name)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            continue
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo += children.get(pid, [])
+    return total
+
+
+def run(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, float]:
+    """Wall s, CPU s (children), peak tree RSS MiB of one command."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _tree_rss(proc.pid))
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    _, err = proc.communicate()
+    wall = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err.decode()[-3000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, peak / 2 ** 20
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=["digits", "mobilenetv2-0.35-96"],
+                        choices=["digits", *APPS])
+    parser.add_argument("--repeat", type=int, default=1, help="runs per variant; the table shows the median")
+    parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument("--edgeconv-from", type=Path, default=None,
+                        help="another checkout of edgeconv (e.g. an older commit) to run side by side")
+    args = parser.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="bench-build-"))
+    work.mkdir(parents=True, exist_ok=True)
+    hand = work / "hand.py"
+    hand.write_text(HAND)
+    env = {**os.environ, "EDGECONV_NO_CACHE": "1"}
+    rows = []
+    for name in args.models:
+        model, cal, ev = make_model(work, name)
+        folder = work / f"run-{name}"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        default, noverify = (pipeline(folder, model, cal, ev, name, verify=v) for v in (True, False))
+        variants = {
+            "hand": [sys.executable, str(hand), str(model), str(cal), str(ev), str(folder / "hand.tflite"), "0"],
+            "hand+check": [sys.executable, str(hand), str(model), str(cal), str(ev), str(folder / "hand.tflite"),
+                           "1"],
+            "edgeconv (no verification)": [sys.executable, "-m", "edgeconv", "build", str(noverify), "-q"],
+            "edgeconv (default)": [sys.executable, "-m", "edgeconv", "build", str(default), "-q"],
+        }
+        envs = {k: env for k in variants}
+        if args.edgeconv_from is not None:
+            other = {**env, "PYTHONPATH": str(args.edgeconv_from.resolve())}
+            for k in ("edgeconv (no verification)", "edgeconv (default)"):
+                variants[f"{k} @ {args.edgeconv_from.name}"] = variants[k]
+                envs[f"{k} @ {args.edgeconv_from.name}"] = other
+        measured: dict[str, list[tuple[float, float, float]]] = {k: [] for k in variants}
+        for _ in range(args.repeat):
+            for label, cmd in variants.items():
+                measured[label].append(run(cmd, folder, envs[label]))
+                print(f"{name:22} {label:40} wall {measured[label][-1][0]:6.1f} s  cpu {measured[label][-1][1]:6.1f} s"
+                      f"  peak {measured[label][-1][2]:6.0f} MiB", file=sys.stderr, flush=True)
+        for label, runs in measured.items():
+            wall, cpu, peak = (sorted(r[i] for r in runs)[len(runs) // 2] for i in range(3))
+            base = measured["hand+check" if "default" in label else "hand"]
+            bwall = sorted(r[0] for r in base)[len(base) // 2]
+            bpeak = sorted(r[2] for r in base)[len(base) // 2]
+            rows.append((name, label, wall, cpu, peak, wall / bwall, peak / bpeak))
+    print("| model | variant | wall s | CPU s | peak MiB (tree) | wall / hand | peak / hand |")
+    print("|---|---|---|---|---|---|---|")
+    for name, label, wall, cpu, peak, ratio, mem in rows:
+        print(f"| {name} | {label} | {wall:.1f} | {cpu:.1f} | {peak:.0f} | {ratio:.2f}x | {mem:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""What a build must not do twice (issue 16): calibrate, import TensorFlow in the converter for each
+conversion, or run the source model eagerly one sample at a time. Real conversions."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import edgeconv
+
+from . import models
+from .test_verify import ANY_MODE_TARGET
+
+pytestmark = pytest.mark.tf
+
+CALIBRATION = 48
+
+
+def _project(tmp_path: Path, culprits: int) -> Path:
+    import keras
+
+    models.dense_model(tmp_path / "tiny.keras", keras.layers.ReLU(name="act"), features=7, hidden=9, classes=5)
+    models.calibration(tmp_path / "cal.npz", samples=CALIBRATION, features=7)
+    x = np.random.default_rng(5).normal(size=(40, 7)).astype(np.float32)
+    np.savez(tmp_path / "eval.npz", feat=x)
+    return models.pipeline(tmp_path, "tiny.keras", "cal.npz", samples=CALIBRATION,
+                           extra=f"evaluation: {{path: eval.npz}}\nverify: {{culprits: {culprits}}}\n"
+                                 f"output: {{dir: out{culprits}}}\n")
+
+
+def test_calibration_runs_once_with_the_per_op_error_ranking_and_changes_no_byte(tmp_path: Path) -> None:
+    seen: list[tuple[str, int, int]] = []
+    ranked = edgeconv.build(_project(tmp_path, culprits=5), progress=lambda *a: seen.append(a))
+    calibrating = [done for stage, done, _ in seen if stage == "calibrating"]
+    # One pass over the samples: the count never starts again (the debugger reuses the calibration).
+    assert calibrating[-1] == CALIBRATION and calibrating == sorted(calibrating)
+    assert calibrating.count(CALIBRATION) == 1  # every pass over the samples ends with a report at the total
+    assert ranked.report["culprits"] and ranked.report["culprits"][0]["source_layers"]
+    plain = edgeconv.build(_project(tmp_path, culprits=0))
+    assert plain.report["culprits"] is None
+    assert ranked.tflite_path.read_bytes() == plain.tflite_path.read_bytes()
+
+
+def test_keep_float_trials_reuse_the_builds_worker(tmp_path: Path) -> None:
+    """One converter process serves the build and every keep_float trial: the workers started during
+    the build are counted by their process ids."""
+    from edgeconv.converters import tflite_export
+
+    started: list[int] = []
+    original = tflite_export.Worker.start
+
+    def start(self: tflite_export.Worker) -> None:
+        original(self)
+        assert self._proc is not None
+        if self._proc.pid not in started:
+            started.append(self._proc.pid)
+
+    tflite_export.Worker.start = start  # type: ignore[method-assign]
+    try:
+        model = models.hostile(tmp_path / "hostile.keras")
+        x = np.random.default_rng(0).normal(size=(400, 12)).astype(np.float32)
+        np.savez(tmp_path / "cal.npz", x=x[:200])
+        np.savez(tmp_path / "eval.npz", x=x[200:], label=model.predict(x[200:], verbose=0).argmax(1))
+        (tmp_path / "cpu.yaml").write_text(ANY_MODE_TARGET)
+        (tmp_path / "pipeline.yaml").write_text(
+            "version: 1\nmodel: {path: hostile.keras}\ncalibration: {path: cal.npz, samples: 200}\n"
+            "evaluation: {path: eval.npz, labels: label}\ntargets: [cpu.yaml]\n"
+            "gates: {min_top1_agreement: 0.95}\nverify: {suggest_keep_float: true}\n")
+        result = edgeconv.build(tmp_path / "pipeline.yaml")
+    finally:
+        tflite_export.Worker.start = original  # type: ignore[method-assign]
+    assert len(result.report["keep_float_suggestion"]["steps"]) == 5  # five trial conversions
+    assert len(started) == 1
+
+
+def test_a_worker_killed_between_jobs_is_replaced(tmp_path: Path) -> None:
+    from edgeconv.converters.tflite_export import Worker
+
+    with Worker() as worker:
+        worker.start()
+        assert worker._proc is not None
+        first = worker._proc.pid
+        os.kill(first, signal.SIGKILL)
+        worker._proc.wait()
+        worker.start()  # what every job does first
+        assert worker._proc is not None and worker._proc.pid != first and worker._proc.poll() is None
+
+
+def test_the_report_gives_each_stage_time(tmp_path: Path) -> None:
+    result = edgeconv.build(_project(tmp_path, culprits=0))
+    timings = json.loads((result.output_dir / "report.json").read_text())["timings"]
+    assert list(timings["stages_s"]) == ["load", "data", "passes", "convert", "check", "invoke", "verify", "report"]
+    assert sum(timings["stages_s"].values()) == pytest.approx(timings["total_s"], abs=0.05)
