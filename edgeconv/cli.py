@@ -250,6 +250,7 @@ def _build_many(args: argparse.Namespace) -> int:
         raise EdgeconvError(f"--out applies to one pipeline; {len(paths)} were given (each writes its output.dir)")
     if args.jobs < 1:
         raise EdgeconvError(f"-j must be at least 1, got {args.jobs}")
+    _check_destinations(args)
     if len(paths) == 1:
         outcomes = [_build_one(paths[0], args, verbose=not args.quiet, single=True)]
     else:
@@ -258,6 +259,52 @@ def _build_many(args: argparse.Namespace) -> int:
         print(summary_markdown(outcomes).rstrip())
     _ci_outputs(outcomes, args)
     return worst(outcomes)
+
+
+def _check_destinations(args: argparse.Namespace) -> None:
+    """--junit, --summary and --results-json are written after the builds: a destination that cannot be
+    written is refused before them, not found out after minutes of work. --baseline must exist."""
+    problems = []
+    for flag in ("junit", "summary", "results_json"):
+        path: Path | None = getattr(args, flag)
+        if path is None:
+            continue
+        name = f"--{flag.replace('_', '-')}"
+        if path.is_dir():
+            problems.append(f"{name} {path}: is a folder; give a file path")
+            continue
+        existing = next((p for p in (path.parent, *path.parent.parents) if p.exists()), None)
+        if existing is not None and not existing.is_dir():
+            problems.append(f"{name} {path}: {existing} is a file, not a folder")
+        elif existing is not None and not os.access(existing, os.W_OK):
+            problems.append(f"{name} {path}: {existing} is not writable")
+    if args.baseline is not None and not args.baseline.exists():
+        problems.append(f"--baseline {args.baseline}: no such file or folder (an earlier report.json or its "
+                        "output folder)")
+    if problems:
+        raise EdgeconvError("\n".join(problems))
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """The whole file or the previous one: a job cancelled while writing leaves no half-written XML."""
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _build_parallel(paths: list[Path], args: argparse.Namespace) -> list[Any]:
@@ -358,16 +405,13 @@ def _ci_outputs(outcomes: list[Any], args: argparse.Namespace) -> None:
 
     text = summary_markdown(outcomes)
     if args.junit is not None:
-        args.junit.parent.mkdir(parents=True, exist_ok=True)
-        args.junit.write_text(junit_xml(outcomes))
+        _write_atomically(args.junit, junit_xml(outcomes))
     if args.summary is not None:
-        args.summary.parent.mkdir(parents=True, exist_ok=True)
-        args.summary.write_text(text)
+        _write_atomically(args.summary, text)
     if args.results_json is not None:
         from .ci import EXIT_WORDS
 
-        args.results_json.parent.mkdir(parents=True, exist_ok=True)
-        args.results_json.write_text(json.dumps([
+        _write_atomically(args.results_json, json.dumps([
             {"pipeline": str(o.pipeline), "exit_code": o.code, "verdict": EXIT_WORDS.get(o.code, "crash"),
              "reasons": o.report["gate"]["reasons"] if o.report else [],
              "name": o.name, "output_dir": str(o.report_dir) if o.report_dir else None,

@@ -69,12 +69,25 @@ def recover(path: Path) -> None:
 
 
 def check_writable(path: Path) -> None:
-    """Refuse, before any work, an output path that is a file or someone else's folder."""
+    """Refuse, before any work, an output path that is a file or someone else's folder, or one that
+    cannot be created or written (a read-only file system, a missing permission): found out after a
+    long build, that would waste it."""
     if path.exists() and not path.is_dir():
         raise OutputError(f"output folder {rel(path)} exists and is not a folder")
     if path.is_dir() and any(path.iterdir()) and not (path / MARKER).exists():
         raise OutputError(f"output folder {rel(path)} exists, is not empty and was not created by edgeconv; "
                           "choose another folder (--out) or empty it")
+    existing = next((p for p in (path.parent, *path.parent.parents) if p.exists()), None)
+    if existing is None:
+        return
+    if not existing.is_dir():
+        raise OutputError(f"cannot create the output folder {rel(path)}: {rel(existing)} is a file")
+    try:  # a real write: os.access says yes to root on a read-only mount
+        probe = tempfile.NamedTemporaryFile(prefix=f".{path.name}.probe-", dir=existing)  # noqa: SIM115
+        probe.close()
+    except OSError as exc:
+        raise OutputError(f"cannot write the output folder {rel(path)}: {rel(existing)}: "
+                          f"{exc.strerror or exc}") from None
 
 
 def commit(path: Path, files: Mapping[str, bytes]) -> None:
@@ -101,10 +114,13 @@ def commit(path: Path, files: Mapping[str, bytes]) -> None:
             _step("old_moved")
         os.rename(staging, path)
         _step("new_moved")
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
         if backup is not None and backup.exists() and not path.exists():
             os.rename(backup, path)
+        if isinstance(exc, OSError):  # a full disk, a quota, a file system gone read-only: the user's to fix
+            raise OutputError(f"cannot write the output folder {rel(path)}: {exc.strerror or exc}; nothing was "
+                              "changed (the previous output, if any, is as it was)") from None
         raise
     if backup is not None:
         shutil.rmtree(backup, ignore_errors=True)

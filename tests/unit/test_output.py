@@ -98,3 +98,59 @@ def test_a_commit_killed_at_any_step_leaves_the_old_or_the_new_release(tmp_path:
     recover(out)
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != MARKER} == after
     assert sorted(p.name for p in out.parent.iterdir()) == ["m"]
+
+
+def test_a_full_disk_is_a_clear_error_and_keeps_the_previous_output(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "m"
+    commit(out, {"a.tflite": b"good"})
+    before = tree(out)
+    real = Path.write_bytes
+
+    def full(self: Path, data: bytes) -> int:
+        if self.name == "report.json":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    with pytest.raises(OutputError) as info:
+        commit(out, {"b.tflite": b"new", "report.json": b"{}"})
+    assert str(info.value) == ("cannot write the output folder m: No space left on device; nothing was changed "
+                               "(the previous output, if any, is as it was)")
+    assert tree(out) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["m"]  # the staging folder is gone
+
+
+@pytest.mark.parametrize(("make", "expected"), [
+    ("parent_is_a_file", "cannot create the output folder blocker/m: blocker is a file"),
+    ("read_only", "cannot write the output folder ro/m: ro: Read-only file system"),
+])
+def test_an_output_folder_that_cannot_be_written_is_refused_before_any_work(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make: str, expected: str) -> None:
+    import errno
+    import tempfile
+
+    monkeypatch.chdir(tmp_path)
+    if make == "parent_is_a_file":
+        (tmp_path / "blocker").write_text("x")
+        target = tmp_path / "blocker" / "m"
+    else:  # what a read-only mount answers (tests may run as root, where a chmod would not stop a write)
+        (tmp_path / "ro").mkdir()
+        target = tmp_path / "ro" / "m"
+
+        def refuse(*args: object, **kwargs: object) -> None:
+            raise OSError(errno.EROFS, "Read-only file system")
+
+        monkeypatch.setattr(tempfile, "NamedTemporaryFile", refuse)
+    with pytest.raises(OutputError) as info:
+        check_writable(target)
+    assert str(info.value) == expected
+    assert not target.exists()
+
+
+def test_the_write_probe_leaves_nothing_behind(tmp_path: Path) -> None:
+    check_writable(tmp_path / "a" / "b")
+    assert list(tmp_path.iterdir()) == []
