@@ -172,11 +172,43 @@ def _parse_scalar(tp: Any, node: yaml.ScalarNode, key: str, ctx: Ctx, meta: Mapp
     if tp is Path:
         if not text:
             return ctx.error(node, key, "expected a non-empty path")
-        path = (ctx.base_dir / text).resolve()
-        if meta.get("must_exist") and not path.exists():
+        bad = _unusable_path(text)
+        if bad:
+            return ctx.error(node, key, f"{bad}: {_shorten(text)!r}")
+        try:
+            path = (ctx.base_dir / text).resolve()
+            exists = path.exists()
+        except (OSError, ValueError) as exc:  # too long for the file system, a loop of links
+            return ctx.error(node, key, f"not a usable path: {_shorten(text)!r} ({exc.strerror or exc})"
+                             if isinstance(exc, OSError) else f"not a usable path: {_shorten(text)!r}")
+        if meta.get("must_exist") and not exists:
             return ctx.error(node, key, f"file not found: {text!r} (resolved to {path})")
         return path
     raise TypeError(f"unsupported config type {tp!r}")  # a bug in a config model
+
+
+PATH_MAX = 4096  # Linux's limit on a whole path; one name may be at most NAME_MAX
+NAME_MAX = 255
+
+
+def _unusable_path(text: str) -> str:
+    """Why a path from the pipeline file can be no file name on any system edgeconv runs on ('' if none)."""
+    if "\0" in text:
+        return "a path cannot contain a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "a path must be valid Unicode (it holds a lone surrogate)"
+    if len(text.encode("utf-8")) > PATH_MAX:
+        return f"a path must be at most {PATH_MAX} bytes long"
+    if any(len(part.encode("utf-8")) > NAME_MAX for part in text.split("/")):
+        return f"a file or folder name in a path must be at most {NAME_MAX} bytes long"
+    return ""
+
+
+def _shorten(text: str, keep: int = 60) -> str:
+    shown = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return shown if len(shown) <= keep else f"{shown[:keep]}... ({len(shown)} characters)"
 
 
 def _check_bounds(value: float, node: yaml.Node, key: str, ctx: Ctx, meta: Mapping[str, Any]) -> Any:

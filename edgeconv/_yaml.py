@@ -26,7 +26,10 @@ def compose_file(path: Path) -> yaml.Node:
         raise ConfigError([f"{shown}: not a UTF-8 text file ({exc.reason})"]) from None
     except OSError as exc:
         raise ConfigError([f"{shown}: cannot read: {exc.strerror}"]) from None
+    if len(text) > MAX_CHARS:
+        raise ConfigError([f"{shown}: {len(text):,} characters; a pipeline file may have at most {MAX_CHARS:,}"])
     try:
+        _check_depth(text, shown)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -38,6 +41,24 @@ def compose_file(path: Path) -> yaml.Node:
     if node is None:
         raise ConfigError([f"{shown}: the file is empty"])
     return node
+
+
+MAX_CHARS = 1_000_000  # a pipeline file is a few KB; anything this large is not one
+MAX_DEPTH = 32  # the deepest pipeline section nests 4 levels
+
+
+def _check_depth(text: str, shown: str) -> None:
+    """Refuse deep nesting from the event stream (no recursion) before the recursive composer sees it."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                where = f"{shown}:{event.start_mark.line + 1}" if event.start_mark is not None else shown
+                raise ConfigError([f"{where}: nested more than {MAX_DEPTH} levels deep; a pipeline file nests at "
+                                   "most a few"])
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
 
 
 def line_of(node: yaml.Node) -> int:

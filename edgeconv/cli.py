@@ -14,6 +14,7 @@ import logging
 import os
 import platform
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Sequence
@@ -195,25 +196,44 @@ class _Formatter(logging.Formatter):
 
 
 class ProgressDisplay:
-    """Progress of long stages: a bar with rate and ETA on a terminal, a plain line every 10 %
-    in CI logs (no carriage returns there)."""
+    """Progress of long stages. A counted stage (``total > 0``): a bar with rate and ETA on a terminal,
+    a plain line every 10 % in CI logs (no carriage returns there). A stage without a count
+    (``total == 0``; ``done`` 0 when it starts, 1 when it ends): on a terminal, a spinner with the
+    elapsed time once it has run for SPIN_AFTER_S; in CI logs its start is already a log line."""
+
+    SPIN_AFTER_S = 2.0
+    FRAMES = "|/-\\"
 
     def __init__(self, stream: Any) -> None:
         self.stream = stream
         self.tty = bool(getattr(stream, "isatty", lambda: False)())
         self.started: dict[str, float] = {}
         self.shown: dict[str, int] = {}
+        self.lock = threading.RLock()
+        self.spinning: tuple[str, float] | None = None  # the count-less stage running, since when
+        self.counted_at = 0.0  # when a bar was last drawn: the spinner yields to it
+        self.drawn = False  # something without a newline is on the line
+        self.ticker: threading.Thread | None = None
 
     def __call__(self, stage: str, done: int, total: int) -> None:
+        if total == 0:
+            self._spin(stage, done)
+            return
+        with self.lock:
+            self._counted(stage, done, total)
+
+    def _counted(self, stage: str, done: int, total: int) -> None:
         now = time.monotonic()
         start = self.started.setdefault(stage, now)
         rate = done / (now - start) if now > start else 0.0
         eta = f"{(total - done) / rate:.0f} s" if rate > 0 and done < total else "-"
         speed = f"{rate:.1f} samples/s" if rate > 0 else "-"
         if self.tty:
+            self.counted_at = now
             filled = int(24 * done / max(total, 1))
             self.stream.write(f"\redgeconv: {stage} [{'#' * filled}{'.' * (24 - filled)}] {done}/{total} "
                               f"{speed}, ETA {eta}  ")
+            self.drawn = done < total
             if done >= total:
                 self.stream.write("\n")
             self.stream.flush()
@@ -224,6 +244,66 @@ class ProgressDisplay:
             self.stream.write(f"edgeconv: {stage}: {done}/{total} samples ({done * 100 // max(total, 1)}%), "
                               f"{speed}, ETA {eta}\n")
             self.stream.flush()
+
+    def _spin(self, stage: str, done: int) -> None:
+        if not self.tty:
+            return
+        with self.lock:
+            if done == 0:
+                self.spinning = (stage, time.monotonic())
+                if self.ticker is None:
+                    self.ticker = threading.Thread(target=self._tick, daemon=True)
+                    self.ticker.start()
+            elif self.spinning is not None and self.spinning[0] == stage:
+                self.spinning = None
+                self.clear()
+
+    def _tick(self) -> None:
+        frame = 0
+        while True:
+            time.sleep(0.25)
+            with self.lock:
+                self.draw_spinner(frame)
+            frame += 1
+
+    def draw_spinner(self, frame: int) -> None:
+        """One frame of the spinner (the ticker thread calls it four times a second)."""
+        if self.spinning is None:
+            return
+        stage, since = self.spinning
+        now = time.monotonic()
+        if now - since < self.SPIN_AFTER_S or now - self.counted_at < 1.0:
+            return
+        self.stream.write(f"\redgeconv: {stage} {self.FRAMES[frame % len(self.FRAMES)]} {now - since:.0f} s  ")
+        self.stream.flush()
+        self.drawn = True
+
+    def stop(self) -> None:
+        """The build is over (done or failed): no spinner may draw after its last line."""
+        with self.lock:
+            self.spinning = None
+            self.clear()
+
+    def clear(self) -> None:
+        """Wipe the unfinished line (before a log line is written, or when a stage ends)."""
+        with self.lock:
+            if self.drawn:
+                self.stream.write("\r\033[K")
+                self.stream.flush()
+                self.drawn = False
+
+
+class _ClearingHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A log line never lands in the middle of a progress bar or spinner."""
+
+    def __init__(self, stream: Any, display: ProgressDisplay) -> None:
+        super().__init__(stream)
+        self.display = display
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with self.display.lock:
+            self.display.clear()
+            super().emit(record)
 
 
 def _expand(patterns: Sequence[str]) -> list[Path]:
@@ -353,24 +433,29 @@ def _build_one(path: Path, args: argparse.Namespace, *, verbose: bool, single: b
     start = time.perf_counter()
     try:
         config = load_pipeline(path)
-        progress = None
+        progress: ProgressDisplay | None = None
         # edgeconv's own logger, set for this build (not the root logger: a host program's or an earlier
         # build's configuration must not decide what this one prints). -q and the builds of several
         # pipelines print only the result; the report keeps every finding.
         logger = logging.getLogger("edgeconv")
         logger.propagate = False
         if verbose:
-            handler = logging.StreamHandler(sys.stderr)
+            display = ProgressDisplay(sys.stderr)
+            handler = _ClearingHandler(sys.stderr, display)
             handler.setFormatter(_Formatter())
             logger.handlers = [handler]
             logger.setLevel(logging.INFO)
-            progress = ProgressDisplay(sys.stderr)
+            progress = display
         else:
             logger.handlers = [logging.NullHandler()]
         no_cache = args.no_cache or os.environ.get("EDGECONV_NO_CACHE", "") not in ("", "0")
         cache = None if no_cache else BuildCache(args.cache_dir or default_dir())
-        result = build(config, out=args.out, progress=progress, suggest_keep_float=args.suggest_keep_float,
-                       cache=cache, baseline=args.baseline)
+        try:
+            result = build(config, out=args.out, progress=progress, suggest_keep_float=args.suggest_keep_float,
+                           cache=cache, baseline=args.baseline)
+        finally:
+            if progress is not None:
+                progress.stop()
     except EdgeconvError as exc:
         if single:
             for line in str(exc).splitlines():

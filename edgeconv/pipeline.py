@@ -203,7 +203,8 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
            worker: Any) -> BuildResult:
     cal_cfg = config.calibration
     q = config.quantization
-    clock = _Clock()
+    clock = _Clock(progress)
+    clock.begin("loading the model")
     log.info("loading %s (%s) in inference mode", rel(config.model.path), config.model.resolved_format().value)
     from .converters.loaders import load_model
 
@@ -232,6 +233,7 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     clock.lap("data")
     graph = loaded.graph
     pass_results: list[PassResult] = []
+    clock.begin("running the passes")
     for p in config.passes:
         log.info("pass %s", p.name)
         graph, result = p.apply(graph)
@@ -248,6 +250,8 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     else:
         log.info("converting to %s (no calibration)", q.mode.value)
     from .converters.tflite_export import Converter, ExportOptions
+
+    clock.begin("converting")
 
     options = ExportOptions(q.io("input").value, q.io("output").value, q.per_channel, batch, mode=q.mode.value,
                             keep_float=q.keep_float)
@@ -282,15 +286,19 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     from .verify import invoke
 
     clock.lap("check")
+    clock.begin("running the built model on every sample")
     sets = [(calib.role, calib.batches(batch)), *([("evaluation", evaluation.batches(batch))] if evaluation else [])]
     runs = invoke.invoke_all(exported.tflite, sets, loaded.graph.layer_names())
     clock.lap("invoke")
+    clock.begin("measuring parity")
     checks.append(verdict.simple("runtime.invoke", verdict.Kind.RUNTIME, not runs["failed"], invoke.sentence(runs),
                                  runs["failed"], 0))
     verification = (_verify(config, loaded, reference, converter, calib, evaluation, exported, model,
                             suggest_keep_float, progress, checks, limits) if not runs["failed"] else
                     {"parity": None, "culprits": None, "keep_float_suggestion": None})
     clock.lap("verify")
+    if config.output.onnx is not None:
+        clock.begin("exporting and running ONNX")
     onnx_files, onnx_json = (_onnx(config, graph, reference, exported.tflite, model, evaluation or calib, work,
                                    checks) if config.output.onnx is not None else ({}, None))
     source = _model_json(config, out_dir, loaded.format, loaded.framework, loaded.graph.inputs,
@@ -311,16 +319,31 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
 
 
 class _Clock:
-    """Seconds per build stage, for the report and the console's last lines."""
+    """Seconds per build stage, for the report and the console's last lines; and the count-less
+    stages' start and end for ``progress`` (a spinner on a terminal: ``total`` 0, ``done`` 0 then 1)."""
 
-    def __init__(self) -> None:
+    def __init__(self, progress: Progress | None) -> None:
         self.start = self.last = time.perf_counter()
         self.stages: dict[str, float] = {}
+        self.progress = progress
+        self.label: str | None = None
+
+    def begin(self, label: str) -> None:
+        self._end()
+        self.label = label
+        if self.progress is not None:
+            self.progress(label, 0, 0)
 
     def lap(self, stage: str) -> None:
+        self._end()
         now = time.perf_counter()
         self.stages[stage] = self.stages.get(stage, 0.0) + now - self.last
         self.last = now
+
+    def _end(self) -> None:
+        if self.label is not None and self.progress is not None:
+            self.progress(self.label, 1, 0)
+        self.label = None
 
     def to_json(self) -> dict[str, Any]:
         return {"stages_s": {k: round(v, 2) for k, v in self.stages.items()},

@@ -50,8 +50,10 @@ HAND = textwrap.dedent('''
     import sys, numpy as np, tensorflow as tf, keras
     model_path, cal_path, eval_path, out, check = sys.argv[1:6]
     model = keras.models.load_model(model_path, compile=False)
-    name = model.inputs[0].name
-    cal = np.load(cal_path)[name]
+    def first(path):
+        data = np.load(path)
+        return data[data.files[0]]
+    cal = first(cal_path)
     def representative():
         for i in range(len(cal)):
             yield [cal[i:i + 1]]
@@ -65,7 +67,7 @@ HAND = textwrap.dedent('''
     open(out, "wb").write(data)
     if check == "1":
         tf.lite.experimental.Analyzer.analyze(model_content=data)
-        x = np.load(eval_path)[name]
+        x = first(eval_path)
         want = np.concatenate([np.asarray(model(x[i:i + 64], training=False)) for i in range(0, len(x), 64)])
         from ai_edge_litert.interpreter import Interpreter
         it = Interpreter(model_content=data)
@@ -98,7 +100,7 @@ def make_model(work: Path, name: str) -> tuple[Path, Path, Path]:
             cls, kw, size = {APPS[name]!r}
             model = getattr(keras.applications, cls)(input_shape=(size, size, 3), weights=None, **kw)
             model.save({str(model_path)!r})
-            name = model.inputs[0].name
+            name = model.layers[0].name  # the InputLayer: what edgeconv calls the model input
             rng = np.random.default_rng(0)
             yy, xx = np.mgrid[0:size, 0:size]
             def images(n):

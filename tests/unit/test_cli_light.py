@@ -146,3 +146,38 @@ def test_a_ci_output_that_cannot_be_written_is_refused_before_any_build(
     assert code == 2
     assert capsys.readouterr().err.strip() == "edgeconv: error: " + expected.format(p=path, f=blocker)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker"]  # nothing built, nothing written
+
+
+def test_a_stage_without_a_count_spins_on_a_terminal_and_is_quiet_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    import logging
+
+    from edgeconv import cli
+
+    now = [100.0]
+    monkeypatch.setattr(cli.time, "monotonic", lambda: now[0])
+    terminal = _Stream(tty=True)
+    display = cli.ProgressDisplay(terminal)
+    display.ticker = object()  # type: ignore[assignment]  # frames are drawn by hand here, not by the thread
+    display("loading the model", 0, 0)
+    now[0] = 101.9
+    display.draw_spinner(0)
+    assert terminal.getvalue() == ""  # nothing for a stage shorter than SPIN_AFTER_S
+    now[0] = 102.0
+    display.draw_spinner(1)
+    assert terminal.getvalue() == "\redgeconv: loading the model / 2 s  "
+    handler = cli._ClearingHandler(terminal, display)
+    handler.setFormatter(cli._Formatter())
+    handler.emit(logging.LogRecord("edgeconv", logging.INFO, __file__, 1, "pass strip-training", None, None))
+    assert terminal.getvalue().endswith("/ 2 s  \r\033[Kedgeconv: pass strip-training\n")  # the log line is whole
+    display("calibrating", 3, 8)  # a counted bar wins over the spinner for a second
+    now[0] = 102.5
+    before = terminal.getvalue()
+    display.draw_spinner(2)
+    assert terminal.getvalue() == before
+    display("loading the model", 1, 0)
+    assert terminal.getvalue().endswith("\r\033[K") and display.spinning is None
+    ci = _Stream(tty=False)
+    quiet = cli.ProgressDisplay(ci)
+    quiet("loading the model", 0, 0)
+    quiet("loading the model", 1, 0)
+    assert ci.getvalue() == "" and quiet.ticker is None  # CI logs have the stage's log line instead
