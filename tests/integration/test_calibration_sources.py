@@ -240,6 +240,11 @@ def write_bad(tmp_path: Path, kind: str) -> str:
         (tmp_path / "cut.tfrecord").write_bytes(data[: len(data) - 200])
         return (f"path: cut.tfrecord\nfeatures: {{image: {{key: image/encoded, dtype: bytes, decode: image}}}}\n"
                 f"{PIXELS}samples: 20\n")
+    if kind in ("bomb", "bomb_boundary"):  # a PNG header claiming a huge image, as a decompression bomb does
+        write_pngs(tmp_path / "pngs", CALIBRATION[:20])
+        height = 5001 if kind == "bomb" else 5000  # 10000 x 5000 is exactly the limit
+        (tmp_path / "pngs" / "batch_0" / "005.png").write_bytes(_png_header(10000, height))
+        return f"path: pngs\n{PIXELS}samples: 20\n"
     if kind == "nan":
         images = CALIBRATION.copy()
         images[[17, 250]] = np.nan
@@ -248,7 +253,21 @@ def write_bad(tmp_path: Path, kind: str) -> str:
     raise AssertionError(kind)
 
 
+def _png_header(width: int, height: int) -> bytes:
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+            + chunk(b"IEND", b""))
+
+
 @pytest.mark.parametrize(("kind", "message"), [
+    ("bomb", "edgeconv: error: pngs/batch_0/005.png: 10000x5001 pixels, more than the 50,000,000 a calibration "
+             "image may have (a decompression bomb, or far larger than any model input); downscale it"),
+    ("bomb_boundary", "edgeconv: error: pngs/batch_0/005.png: cannot read the image ("),  # past the size check
     ("empty", "edgeconv: error: empty/: holds no images (.jpg, .jpeg, .png, .bmp, searched recursively)"),
     ("broken_png", "edgeconv: error: pngs/batch_0/005.png: cannot read the image ("),
     ("truncated_tfrecord", "edgeconv: error: cut.tfrecord: record 29 is truncated or unreadable ("),

@@ -93,9 +93,17 @@ class _ImageReader(Reader):
         for i in indices:
             path = self.paths[i]
             try:
-                with Image.open(path) as image:
+                with Image.open(path) as image:  # reads the header only
+                    w, h = image.size
+                    if w * h > MAX_PIXELS:
+                        raise DataError(f"{rel(path)}: {w}x{h} pixels, more than the {MAX_PIXELS:,} a calibration "
+                                        "image may have (a decompression bomb, or far larger than any model input); "
+                                        "downscale it")
                     image.load()
                     array = preprocess_image(image, self.pre, self.size)
+            except Image.DecompressionBombError:
+                raise DataError(f"{rel(path)}: more than {MAX_PIXELS:,} pixels (a decompression bomb); downscale "
+                                "it") from None
             except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
                 raise DataError(f"{rel(path)}: cannot read the image ({exc})") from None
             yield i, {self.spec.name: array}
@@ -105,6 +113,9 @@ class _ImageReader(Reader):
 
     def files(self) -> list[Path]:
         return self.paths
+
+
+MAX_PIXELS = 50_000_000  # a 50-megapixel photo; a decoded image is 3 bytes a pixel before resizing
 
 
 def image_files(root: Path) -> list[Path]:
