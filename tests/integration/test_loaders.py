@@ -248,6 +248,34 @@ def test_graph_with_variables_and_non_graphs_are_refused(tmp_path: Path) -> None
         edgeconv.build(project(tmp_path / "b", garbage))
 
 
+@pytest.mark.parametrize("edge", ["control", "data"])
+def test_a_graph_that_writes_files_is_refused_before_it_ever_runs(tmp_path: Path, edge: str) -> None:
+    """A frozen graph whose output needs a WriteFile (by a control edge, or its data): refused from the
+    GraphDef, so the file it would write never appears."""
+    import tensorflow as tf
+
+    target = tmp_path / "written.txt"
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
+        if edge == "control":
+            write = tf.io.write_file(str(target), tf.strings.as_string(tf.reduce_sum(x)), name="leak")
+            with tf.control_dependencies([write]):
+                tf.identity(x * 2.0, name="y")
+        else:
+            tf.add(x, tf.cast(tf.size(tf.io.read_file(str(target), name="peek")), tf.float32), name="y")
+    pb = tmp_path / "leaky.pb"
+    pb.write_bytes(graph.as_graph_def().SerializeToString())
+    (tmp_path / "a").mkdir()
+    with pytest.raises(ModelError) as err:
+        edgeconv.build(project(tmp_path / "a", pb, cal={"x": np.ones((20, 4), np.float32)}))
+    listed = "WriteFile 'leak'" if edge == "control" else "ReadFile 'peek'"
+    assert str(err.value) == (f"a/leaky.pb: the model's outputs need op(s) that read or write files or run Python "
+                              f"({listed}); edgeconv runs the graph to trace and calibrate it, so it refuses them "
+                              "before anything runs. Fix: export the graph without them (inference needs none)")
+    assert not target.exists()
+
+
 # -- SavedModels -------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
