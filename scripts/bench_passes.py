@@ -23,37 +23,57 @@ def graph(nodes: int):  # type: ignore[no-untyped-def]
     from tensorflow.core.framework import graph_pb2
 
     from edgeconv.ir import FrozenGraph, Layer, TensorSpec
-    from edgeconv.passes.graph import GraphEditor
 
-    def const(ed: GraphEditor, name: str, value: float) -> str:
-        return ed.add_const(name, np.array(value, np.float32))
+    graph_def = graph_pb2.GraphDef()
+    types = {"T", "dtype", "SrcT", "DstT"}
 
-    empty = FrozenGraph(graph_pb2.GraphDef(), (), ())
-    ed = GraphEditor(empty)
-    x = ed.add_node("x", "Placeholder", [], dtype=1)
-    x.attr["shape"].shape.dim.add().size = 1
-    x.attr["shape"].shape.dim.add().size = 8
+    # Nodes are appended directly: the names are unique by construction (GraphEditor.add_node checks that
+    # by scanning the graph, which would make building it quadratic; the passes are what is measured).
+    def node(name: str, op: str, inputs: list[str], **attrs: int) -> str:
+        n = graph_def.node.add()
+        n.name, n.op = name, op
+        n.input.extend(inputs)
+        for key, value in attrs.items():
+            if key in types:
+                n.attr[key].type = value
+            else:
+                n.attr[key].i = value
+        return name
+
+    def const(name: str, value: np.ndarray) -> str:
+        dtype = {np.dtype("int32"): 3, np.dtype("float32"): 1}[value.dtype]
+        node(name, "Const", [], dtype=dtype)
+        tensor = graph_def.node[-1].attr["value"].tensor
+        tensor.dtype = dtype
+        for d in value.shape:
+            tensor.tensor_shape.dim.add().size = int(d)
+        tensor.tensor_content = value.tobytes()
+        return name
+
+    node("x", "Placeholder", [], dtype=1)
+    for d in (1, 8):
+        graph_def.node[-1].attr["shape"].shape.dim.add().size = d
     last, layers, k = "x", [], 0
-    while len(ed.graph_def.node) < nodes:
+    while len(graph_def.node) < nodes:
         scope = f"blk{k}"
         layers.append(Layer(scope, "Dense"))
-        w = const(ed, f"{scope}/w", 1.0 + k % 3)
-        mul = ed.add_node(f"{scope}/mul", "Mul", [last, w], T=1).name
-        ident = ed.add_node(f"{scope}/Identity", "Identity", [mul], T=1).name
-        last = ed.add_node(f"{scope}/relu", "Relu", [ident], T=1).name
+        w = const(f"{scope}/w", np.array(1.0 + k % 3, np.float32))
+        mul = node(f"{scope}/mul", "Mul", [last, w], T=1)
+        ident = node(f"{scope}/Identity", "Identity", [mul], T=1)
+        last = node(f"{scope}/relu", "Relu", [ident], T=1)
         if k % 10 == 9:
             drop = f"drop{k}"
             layers.append(Layer(drop, "Dropout", "dropout", "rate=0.5"))
-            shape = ed.add_const(f"{drop}/shape", np.array([1, 8], np.int32))
-            rnd = ed.add_node(f"{drop}/random_uniform", "RandomUniform", [shape], T=3, dtype=1)
-            rate = const(ed, f"{drop}/rate", 0.5)
-            keep = ed.add_node(f"{drop}/GreaterEqual", "GreaterEqual", [rnd.name, rate], T=1).name
-            mask = ed.add_node(f"{drop}/Cast", "Cast", [keep], SrcT=10, DstT=1).name
-            scale = ed.add_node(f"{drop}/scale", "Mul", [last, const(ed, f"{drop}/inv", 2.0)], T=1).name
-            last = ed.add_node(f"{drop}/mul_1", "Mul", [scale, mask], T=1).name
+            shape = const(f"{drop}/shape", np.array([1, 8], np.int32))
+            rnd = node(f"{drop}/random_uniform", "RandomUniform", [shape], T=3, dtype=1)
+            rate = const(f"{drop}/rate", np.array(0.5, np.float32))
+            keep = node(f"{drop}/GreaterEqual", "GreaterEqual", [rnd, rate], T=1)
+            mask = node(f"{drop}/Cast", "Cast", [keep], SrcT=10, DstT=1)
+            scale = node(f"{drop}/scale", "Mul", [last, const(f"{drop}/inv", np.array(2.0, np.float32))], T=1)
+            last = node(f"{drop}/mul_1", "Mul", [scale, mask], T=1)
         k += 1
-    out = ed.add_node("probs", "Identity", [last], T=1).name
-    return FrozenGraph(ed.graph_def, (TensorSpec("x", "x:0", (1, 8), "float32"),),
+    out = node("probs", "Identity", [last], T=1)
+    return FrozenGraph(graph_def, (TensorSpec("x", "x:0", (1, 8), "float32"),),
                        (TensorSpec("probs", f"{out}:0", (1, 8), "float32"),), tuple(layers))
 
 

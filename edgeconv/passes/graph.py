@@ -12,7 +12,7 @@ import copy
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ..ir import FrozenGraph, source_layers
+from ..ir import FrozenGraph, Layer, source_layers
 
 # Ops whose value is the shape of their input, a constant once input shapes are pinned.
 SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
@@ -43,6 +43,7 @@ class GraphEditor:
         self.graph_def = copy.deepcopy(graph.graph_def)
         self.outputs = [canonical(o.tensor) for o in graph.outputs]
         self._layers = frozenset(graph.layer_names())
+        self._layer = {layer.name: layer for layer in graph.layers}
         self._fixed: dict[str, Any] | None = None
 
     # -- queries ---------------------------------------------------------------
@@ -72,6 +73,10 @@ class GraphEditor:
             for t in node.input:
                 table.setdefault(node_of(t), []).append(node)
         return table
+
+    def layer(self, name: str) -> Layer:
+        """The source layer of that name (one of ``layers_of``'s answers)."""
+        return self._layer[name]
 
     def layers_of(self, node_name: str) -> tuple[str, ...]:
         return tuple(source_layers(node_name, self._layers))

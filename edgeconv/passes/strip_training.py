@@ -204,7 +204,9 @@ def _data_input(join: Any, region: set[str], ed: GraphEditor) -> str | None:
 
 
 def _is_constant(tensor: str, live: set[str], region: set[str], ed: GraphEditor) -> bool:
-    deps = ed.ancestors([tensor])
+    # The walk stops at the first live or random node: one is enough to answer, and the data path above
+    # a dropout is the whole model (walking it for every dropout would be quadratic).
+    deps = ed.ancestors([tensor], stop=lambda n: n.name in live or n.name in region)
     return not deps & live and not deps & region
 
 
@@ -213,7 +215,7 @@ def _inference_value(join: Any, region: set[str], live: set[str], ed: GraphEdito
     nodes = ed.nodes
     data = ed.data_inputs(join)
     layers = ed.layers_of(join.name)
-    roles = {layer.training_only for layer in ed.graph.layers if layer.name in layers}
+    roles = {ed.layer(name).training_only for name in layers}
     if join.op in _SELECT and len(data) == 3:
         cond, kept, dropped = data
         if node_of(cond) not in region or not _is_constant(dropped, live, region, ed):
