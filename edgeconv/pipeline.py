@@ -29,7 +29,7 @@ from .config import GatesConfig, ModelFormat, PipelineConfig, gate_limits, insta
 from .converters.model import LoadedModel
 from .converters.tflite_reader import TFLiteModel, parse_tflite, read_tflite
 from .diff import diff, load_report, regressions
-from .errors import ConfigError, InternalError, ModelError, did_you_mean, rel
+from .errors import ConfigError, InternalError, ModelError, OutputError, did_you_mean, rel
 from .ir import FrozenGraph, TensorSpec
 from .passes import PassResult
 from .passes.graph import canonical
@@ -147,6 +147,7 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
     config = pipeline if isinstance(pipeline, PipelineConfig) else load_pipeline(pipeline)
     out_dir = Path(out).resolve() if out is not None else config.output_dir
     output.recover(out_dir)
+    _output_holds_no_input(config, out_dir)
     output.check_writable(out_dir)
     targets: list[Target] = [load_target(name) for name in config.targets]
     base = load_report(baseline) if baseline is not None else None
@@ -174,6 +175,20 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
     if cache is not None and key is not None:
         cache.store(key, out_dir)
     return result
+
+
+def _output_holds_no_input(config: PipelineConfig, out_dir: Path) -> None:
+    """The output folder is replaced on every build: it must never be, or hold, the pipeline file, the
+    model or the data (``output.dir: .`` next to a planted marker would replace the project)."""
+    inputs = [("pipeline file", config.source), ("model", config.model.path)]
+    for role, section in (("calibration data", config.calibration), ("evaluation data", config.evaluation)):
+        if section is not None and section.path is not None:
+            inputs.append((role, section.path))
+    for role, path in inputs:
+        resolved = path.resolve()
+        if resolved == out_dir or out_dir in resolved.parents:
+            raise OutputError(f"output folder {rel(out_dir)} holds the {role} {rel(resolved)}; every build replaces "
+                              "that folder. Choose an output folder of its own (output.dir or --out)")
 
 
 def _from_cache(config: PipelineConfig, out_dir: Path, targets: list[Target], key: str,

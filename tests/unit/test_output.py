@@ -154,3 +154,29 @@ def test_an_output_folder_that_cannot_be_written_is_refused_before_any_work(
 def test_the_write_probe_leaves_nothing_behind(tmp_path: Path) -> None:
     check_writable(tmp_path / "a" / "b")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("out", "role", "held"), [
+    (".", "pipeline file", "pipeline.yaml"),  # a marker planted in the project does not make it ours
+    ("models", "model", "models/m.keras"),
+    ("data/cal", "calibration data", "data/cal/c.npz"),
+])
+def test_an_output_folder_holding_the_pipelines_inputs_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  out: str, role: str, held: str) -> None:
+    import edgeconv
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("models/m.keras", "data/cal/c.npz", "src/train.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"precious")
+    (tmp_path / MARKER).write_text("planted")
+    (tmp_path / "models" / MARKER).write_text("planted")
+    (tmp_path / "pipeline.yaml").write_text("version: 1\nmodel: {path: models/m.keras}\n"
+                                            f"calibration: {{path: data/cal/c.npz}}\noutput: {{dir: {out}}}\n")
+    before = tree(tmp_path)
+    with pytest.raises(OutputError) as info:
+        edgeconv.build(tmp_path / "pipeline.yaml")
+    shown = "." if out == "." else out
+    assert str(info.value) == (f"output folder {shown} holds the {role} {held}; every build replaces that folder. "
+                               "Choose an output folder of its own (output.dir or --out)")
+    assert tree(tmp_path) == before
