@@ -99,11 +99,29 @@ def convert(job_dir: Path, report: IO[str] | None = None) -> int:
     except KeepFloatError as exc:
         (job_dir / "error.json").write_text(json.dumps({"type": "keep_float", "message": str(exc)}))
         return 2
-    except Exception as exc:  # the converter's errors are many types; all mean "rejected"
+    except Exception as exc:  # the converter's errors are many types; all mean "rejected" ...
+        if _raised_by_edgeconv(exc):  # ... unless our own code raised it: a bug, said as one (exit 3)
+            raise
         (job_dir / "error.json").write_text(json.dumps({"type": type(exc).__name__, "message": _summary(str(exc))}))
         return 2
     (job_dir / "model.tflite").write_bytes(model)
     return 0
+
+
+def _raised_by_edgeconv(exc: BaseException) -> bool:
+    """Whether edgeconv's code, not TensorFlow's converter, raised ``exc``: no TensorFlow frame comes after
+    the innermost edgeconv frame of its traceback (numpy or the standard library called from edgeconv
+    count as edgeconv)."""
+    ours = False
+    tb = exc.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename.replace("\\", "/")
+        if "/edgeconv/" in name:
+            ours = True
+        elif "/tensorflow/" in name or "/ai_edge_litert/" in name:
+            ours = False
+        tb = tb.tb_next
+    return ours
 
 
 _DATA_KEY = ""  # the calibration data of the running job: part of the key of a reused calibration

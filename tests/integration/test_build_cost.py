@@ -96,3 +96,43 @@ def test_the_report_gives_each_stage_time(tmp_path: Path) -> None:
     timings = json.loads((result.output_dir / "report.json").read_text())["timings"]
     assert list(timings["stages_s"]) == ["load", "data", "passes", "convert", "check", "invoke", "verify", "report"]
     assert sum(timings["stages_s"].values()) == pytest.approx(timings["total_s"], abs=0.05)
+
+
+def _job(tmp_path: Path, saved_model: Path, **changes: object) -> Path:
+    np.random.default_rng(0).normal(size=(8, 3)).astype(np.float32).tofile(tmp_path / "x.bin")
+    job = {"saved_model": str(saved_model), "inputs": [{"name": "x", "shape": [3], "dtype": "float32",
+                                                        "file": str(tmp_path / "x.bin")}],
+           "count": 8, "batch_size": 1, "input_type": "int8", "output_type": "int8", "per_channel": True,
+           "mode": "int8", "keep_float": [], "debug": None, "float_reference": False, **changes}
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    (job_dir / "job.json").write_text(json.dumps({k: v for k, v in job.items() if v is not _MISSING}))
+    return job_dir
+
+
+_MISSING = object()
+
+
+def test_the_worker_tells_a_converter_error_from_its_own_bug(tmp_path: Path) -> None:
+    """The converter refusing the model is exit 2 (the user's to fix); edgeconv's own worker code failing is a
+    bug, raised as one (exit 3 with a traceback), never reported as "the converter rejected the model"."""
+    import tensorflow as tf
+
+    from edgeconv.converters import _tflite_worker
+
+    module = tf.Module()
+    module.f = tf.function(lambda x: {"y": tf.nn.relu(x) * 2.0},
+                           input_signature=[tf.TensorSpec((1, 3), tf.float32, name="x")])
+    tf.saved_model.save(module, str(tmp_path / "sm"), signatures={"serving_default": module.f})
+    (tmp_path / "a").mkdir()
+    missing_model = _job(tmp_path / "a", tmp_path / "nowhere")
+    assert _tflite_worker.convert(missing_model) == 2  # TensorFlow's own error: the converter's answer
+    assert json.loads((missing_model / "error.json").read_text())["type"] == "OSError"
+    (tmp_path / "b").mkdir()
+    broken_job = _job(tmp_path / "b", tmp_path / "sm", mode=_MISSING)
+    with pytest.raises(KeyError, match="mode"):  # edgeconv's code read a job it did not write: a bug
+        _tflite_worker.convert(broken_job)
+    assert not (broken_job / "error.json").exists()
+    (tmp_path / "c").mkdir()
+    good = _job(tmp_path / "c", tmp_path / "sm")
+    assert _tflite_worker.convert(good) == 0 and (good / "model.tflite").stat().st_size > 0
