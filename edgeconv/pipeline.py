@@ -10,6 +10,7 @@ import logging
 import math
 import os
 import re
+import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -169,12 +170,43 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
 
     from .converters.tflite_export import Worker
 
-    with tempfile.TemporaryDirectory(prefix="edgeconv-") as work, Worker() as worker:
-        worker.start()  # it imports TensorFlow while this process loads the model
-        result = _build(config, out_dir, targets, Path(work), progress, suggest_keep_float, base, worker)
+    modules_before = set(sys.modules)
+    try:
+        with tempfile.TemporaryDirectory(prefix="edgeconv-") as work, Worker() as worker:
+            worker.start()  # it imports TensorFlow while this process loads the model
+            result = _build(config, out_dir, targets, Path(work), progress, suggest_keep_float, base, worker)
+    finally:
+        _forget_user_code(modules_before, config.source.parent)
     if cache is not None and key is not None:
         cache.store(key, out_dir)
     return result
+
+
+def _forget_user_code(modules_before: set[str], folder: Path) -> None:
+    """Forget the modules this build imported from the pipeline's folder (custom layers, a python data
+    source) and the Keras classes they registered: the next pipeline built in this process, with a
+    module of the same name in its own folder, must get its own (not this one's from sys.modules)."""
+    import sysconfig
+
+    root = folder.resolve()
+    # Installed code and edgeconv itself are never the pipeline's, even when they live below its folder (a
+    # virtual environment or a clone of edgeconv in the project).
+    installed = {Path(sysconfig.get_paths()[k]).resolve() for k in ("purelib", "platlib", "stdlib", "platstdlib")}
+    installed.add(Path(__file__).resolve().parent)
+    gone = []
+    for name in set(sys.modules) - modules_before:
+        file = getattr(sys.modules[name], "__file__", None)
+        if not file:
+            continue
+        where = Path(file).resolve()
+        if (root in where.parents) and not any(p in where.parents for p in installed):
+            gone.append(sys.modules.pop(name))
+    if gone and "keras" in sys.modules:
+        import keras
+
+        registry = keras.saving.get_custom_objects()
+        for key in [k for k, v in registry.items() if getattr(v, "__module__", None) in {m.__name__ for m in gone}]:
+            del registry[key]
 
 
 def _output_holds_no_input(config: PipelineConfig, out_dir: Path) -> None:

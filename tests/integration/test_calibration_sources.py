@@ -310,3 +310,30 @@ def test_report_lists_the_files_used(tmp_path: Path) -> None:
     cal = result.report["quantization"]["calibration"]
     assert cal["file_count"] == 250 and len(cal["files"]) == 20
     assert cal["samples"] == 200 and cal["file_sha256"] is None
+
+
+def test_pipelines_built_in_one_process_each_get_their_own_user_code(tmp_path: Path) -> None:
+    """Two projects with a data module of the same name, built one after the other in one process (what
+    `edgeconv build a.yaml b.yaml` does with -j 1): the second pipeline's data is its own, not the
+    first's left in sys.modules."""
+    means = {}
+    for name, scale in (("a", 1.0), ("b", 0.5)):
+        folder = tmp_path / name
+        folder.mkdir()
+        np.save(folder / "images.npy", (CALIBRATION[:120] * scale).astype(np.float32))
+        (folder / "data.py").write_text(textwrap.dedent("""
+            from pathlib import Path
+            import numpy as np
+
+            def samples():
+                for x in np.load(Path(__file__).parent / "images.npy"):
+                    yield {"image": x}
+        """))
+        digits_project(folder, "source: python\nfunction: data:samples\ntrust_code: true\nsamples: 120\n",
+                       evaluation="", extra=f"output: {{dir: out}}\ngates: {{disable: [calibration]}}\n")
+        means[name] = float((CALIBRATION[:120] * scale).mean())
+    assert main(["build", str(tmp_path / "a" / "pipeline.yaml"), str(tmp_path / "b" / "pipeline.yaml"), "-q"]) in (0, 1)
+    for name in ("a", "b"):
+        report = json.loads((tmp_path / name / "out" / "report.json").read_text())
+        stats = report["quantization"]["calibration"]["stats"]["image"]
+        assert stats["mean"] == pytest.approx(means[name], rel=1e-4), name
