@@ -1,0 +1,91 @@
+"""The build cache's key changes with every input of a build (issue 17): each part of the toolchain,
+each of edgeconv's own source files, the model, the data, custom modules and user target files. A key
+that missed one would serve a stale build. No TensorFlow: the key is computed from files and versions."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeconv import cache as cache_module
+from edgeconv.cache import BuildCache
+from edgeconv.config import TOOLCHAIN, installed_toolchain, load_pipeline
+
+PACKAGE = Path(cache_module.__file__).resolve().parent
+EDGECONV_SOURCES = sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*")
+                          if p.is_file() and p.suffix in (".py", ".yaml", ".json") and "__pycache__" not in p.parts)
+TARGET = """schema_version: 1
+name: my-mcu
+title: A user's target file
+sources: {ME: "the firmware team's LiteRT build"}
+quantization: {modes: [int8], float_fallback: true, source: ME}
+unlisted: {source: ME}
+ops:
+  FULLY_CONNECTED: {source: ME}
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    np.savez(tmp_path / "cal.npz", x=np.zeros((4, 3), np.float32))
+    np.savez(tmp_path / "eval.npz", x=np.ones((4, 3), np.float32))
+    (tmp_path / "m.keras").write_bytes(b"model bytes")
+    (tmp_path / "layers.py").write_text("X = 1\n")
+    (tmp_path / "my-mcu.yaml").write_text(TARGET)
+    (tmp_path / "pipeline.yaml").write_text(
+        "version: 1\nmodel: {path: m.keras, custom_modules: [layers], trust_code: true}\n"
+        "calibration: {path: cal.npz}\nevaluation: {path: eval.npz}\n"
+        f"targets: [generic-int8, {tmp_path / 'my-mcu.yaml'}]\n")
+    return tmp_path
+
+
+def _key(project: Path) -> str:
+    config = load_pipeline(project / "pipeline.yaml")
+    key, why = BuildCache(project / "cache").key(config, project / "out", False)
+    assert key is not None, why
+    return key
+
+
+@pytest.mark.parametrize("part", sorted(TOOLCHAIN))
+def test_every_toolchain_part_is_in_the_key(project: Path, monkeypatch: pytest.MonkeyPatch, part: str) -> None:
+    before = _key(project)
+    versions = {**installed_toolchain(), part: "0.0.0-other"}
+    monkeypatch.setattr(cache_module, "installed_toolchain", lambda: versions)
+    assert _key(project) != before
+
+
+@pytest.mark.parametrize("source", EDGECONV_SOURCES)
+def test_every_edgeconv_source_file_is_in_the_key(project: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  source: str) -> None:
+    copy = project / "pkg" / "edgeconv"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(cache_module, "_PACKAGE", copy)
+    before = _key(project)
+    with (copy / source).open("a") as f:
+        f.write("\n")
+    assert _key(project) != before
+
+
+@pytest.mark.parametrize("file", ["m.keras", "cal.npz", "eval.npz", "layers.py", "my-mcu.yaml"])
+def test_every_input_file_is_in_the_key(project: Path, file: str) -> None:
+    before = _key(project)
+    with (project / file).open("a") as f:
+        f.write("\n# changed\n" if file.endswith((".py", ".yaml")) else "\x00")
+    assert _key(project) != before
+
+
+def test_the_pipeline_is_in_the_key_by_what_it_says(project: Path) -> None:
+    before = _key(project)
+    with (project / "pipeline.yaml").open("a") as f:
+        f.write("# a comment changes nothing the build does\n")
+    assert _key(project) == before
+    with (project / "pipeline.yaml").open("a") as f:
+        f.write("quantization: {per_channel: false}\n")
+    assert _key(project) != before
+
+
+def test_the_same_inputs_give_the_same_key(project: Path) -> None:
+    assert _key(project) == _key(project)
