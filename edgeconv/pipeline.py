@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import errno
 import itertools
 import json
 import logging
@@ -172,9 +173,20 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
 
     modules_before = set(sys.modules)
     try:
-        with tempfile.TemporaryDirectory(prefix="edgeconv-") as work, Worker() as worker:
+        work_dir = tempfile.TemporaryDirectory(prefix="edgeconv-")
+    except OSError as exc:
+        raise OutputError(f"cannot create a work folder in {tempfile.gettempdir()}: {exc.strerror or exc}; set "
+                          "TMPDIR to a writable folder with free space") from None
+    try:
+        with work_dir as work, Worker() as worker:
             worker.start()  # it imports TensorFlow while this process loads the model
             result = _build(config, out_dir, targets, Path(work), progress, suggest_keep_float, base, worker)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise OutputError(f"no space left on the device while building ({exc.filename or tempfile.gettempdir()}): "
+                          f"{exc.strerror}; free some space or set TMPDIR to a folder with more (the previous "
+                          "output is unchanged)") from None
     finally:
         _forget_user_code(modules_before, config.source.parent)
     if cache is not None and key is not None:

@@ -193,3 +193,29 @@ def test_refuses_to_overwrite_a_folder_it_does_not_own(project: Path, capsys: py
     assert err.splitlines() == ["edgeconv: error: output folder firmware exists, is not empty and was not created by "
                                 "edgeconv; choose another folder (--out) or empty it"]
     assert [p.name for p in (project / "firmware").iterdir()] == ["main.c"]
+
+
+def test_a_full_disk_during_the_build_is_exit_2_and_keeps_the_previous_output(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from edgeconv import pipeline
+
+    models.dense_model(tmp_path / "m.keras", lambda x: x)
+    models.calibration(tmp_path / "cal.npz")
+    path = models.pipeline(tmp_path, "m.keras", "cal.npz")
+    code, err = build([str(path)], capsys)
+    assert code in (0, 1), err
+    good = tree(tmp_path / "build" / "m")
+    spool = tmp_path / "tmp" / "spool.bin"
+
+    def full(*args: Any, **kwargs: Any) -> Any:  # what writing the sample spool raises on a full TMPDIR
+        raise OSError(errno.ENOSPC, "No space left on device", str(spool))
+
+    monkeypatch.setattr(pipeline, "_collect", full)
+    code, err = build([str(path)], capsys)
+    assert code == 2
+    assert err.strip().splitlines() == [
+        f"edgeconv: error: no space left on the device while building ({spool}): No space left on device; free "
+        "some space or set TMPDIR to a folder with more (the previous output is unchanged)"]
+    assert tree(tmp_path / "build" / "m") == good

@@ -180,3 +180,23 @@ def test_an_output_folder_holding_the_pipelines_inputs_is_refused(tmp_path: Path
     assert str(info.value) == (f"output folder {shown} holds the {role} {held}; every build replaces that folder. "
                                "Choose an output folder of its own (output.dir or --out)")
     assert tree(tmp_path) == before
+
+
+def test_a_tmpdir_that_cannot_hold_a_work_folder_is_refused_before_any_work(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    import edgeconv
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.keras").write_bytes(b"x")
+    np_file = tmp_path / "c.npz"
+    np_file.write_bytes(b"x")
+    (tmp_path / "pipeline.yaml").write_text("version: 1\nmodel: {path: m.keras}\ncalibration: {path: c.npz}\n")
+    (tmp_path / "not-a-folder").write_text("x")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "not-a-folder"))
+    with pytest.raises(OutputError) as info:
+        edgeconv.build(tmp_path / "pipeline.yaml")
+    assert str(info.value) == (f"cannot create a work folder in {tmp_path / 'not-a-folder'}: Not a directory; set "
+                               "TMPDIR to a writable folder with free space")
+    assert not (tmp_path / "build").exists()
