@@ -124,6 +124,7 @@ def _raised_by_edgeconv(exc: BaseException) -> bool:
     return ours
 
 
+_CALIBRATED: dict[str, Any] = {}  # per calibration data: the build's calibrated float model
 _DATA_KEY = ""  # the calibration data of the running job: part of the key of a reused calibration
 
 
@@ -144,6 +145,7 @@ def _calibrate_once() -> None:
         key = hashlib.sha256(self._model_content + _DATA_KEY.encode()).hexdigest()
         if key not in done:
             done[key] = original(self, dataset_gen)
+            _CALIBRATED.setdefault(_DATA_KEY, done[key])  # the first: the build's own model
         else:
             print(f"edgeconv worker: calibration of {key[:12]} reused", file=sys.stderr, flush=True)
         return done[key]
@@ -207,13 +209,25 @@ def _layer_errors(tf: Any, job_dir: Path, job: dict[str, Any], representative: A
         layer_direct_compare_metrics={"erased": _erased, "signal_power": _signal_power,
                                       "noise_power": _noise_power},
         denylisted_nodes=denied)
-    made = tf.lite.experimental.QuantizationDebugger(converter=_converter(tf, job_dir, float_io, representative),
-                                                     debug_dataset=debug_data, debug_options=options)
+    if _CALIBRATED.get(_DATA_KEY) is not None:
+        # The debug model straight from the build's calibration: what the debugger made from a converter does
+        # (TF 2.21, debugger.py _init_from_converter), without converting the graph once more.
+        from tensorflow.lite.python import convert as tf_convert
+
+        print("edgeconv worker: debug model from the build's calibration", file=sys.stderr, flush=True)
+        quant_debug_model = tf_convert.mlir_quantize(
+            _CALIBRATED[_DATA_KEY], disable_per_channel=not job["per_channel"], fully_quantize=False,
+            enable_numeric_verify=True, denylisted_ops=None, denylisted_nodes=denied)
+    else:
+        made = tf.lite.experimental.QuantizationDebugger(
+            converter=_converter(tf, job_dir, float_io, representative), debug_dataset=debug_data,
+            debug_options=options)
+        quant_debug_model = made.quant_model
     # Built from a converter, the debugger's interpreter does not keep intermediate tensors (TF 2.21,
     # debugger.py _init_from_converter), so the float and quantized values the compare metrics read
     # after invoke() may already be overwritten by later ops (measured: a logits op reported at 7.1 dB
     # that is 39.6 dB end to end). Built from the debug model itself, it keeps them.
-    debugger = tf.lite.experimental.QuantizationDebugger(quant_debug_model_content=made.quant_model,
+    debugger = tf.lite.experimental.QuantizationDebugger(quant_debug_model_content=quant_debug_model,
                                                          debug_dataset=debug_data, debug_options=options)
     debugger.run()
     text = io.StringIO()
