@@ -68,6 +68,25 @@ def recover(path: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
+WORK_PREFIX = "edgeconv-work-"  # a build's work folder in TMPDIR: edgeconv-work-<pid>-<random>
+_WORK_FOLDER = re.compile(rf"^{WORK_PREFIX}(?P<pid>\d+)-")
+
+
+def remove_stale_work_folders(tmp: Path) -> None:
+    """Remove the work folders of builds that were killed (SIGKILL leaves them behind): folders of this
+    user in ``tmp`` named after a process that no longer runs."""
+    if not tmp.is_dir():
+        return
+    for p in tmp.iterdir():
+        found = _WORK_FOLDER.match(p.name)
+        try:
+            mine = p.is_dir() and not p.is_symlink() and p.stat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if found and mine and not _alive(int(found["pid"])):
+            shutil.rmtree(p, ignore_errors=True)
+
+
 def check_writable(path: Path) -> None:
     """Refuse, before any work, an output path that is a file or someone else's folder, or one that
     cannot be created or written (a read-only file system, a missing permission): found out after a

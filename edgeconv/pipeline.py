@@ -173,7 +173,8 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
 
     modules_before = set(sys.modules)
     try:
-        work_dir = tempfile.TemporaryDirectory(prefix="edgeconv-")
+        output.remove_stale_work_folders(Path(tempfile.gettempdir()))
+        work_dir = tempfile.TemporaryDirectory(prefix=f"{output.WORK_PREFIX}{os.getpid()}-")
     except OSError as exc:
         raise OutputError(f"cannot create a work folder in {tempfile.gettempdir()}: {exc.strerror or exc}; set "
                           "TMPDIR to a writable folder with free space") from None

@@ -104,3 +104,9 @@ def test_sigkill_of_edgeconv_takes_the_worker_with_it(released: Path) -> None:
     proc.communicate(timeout=60)
     assert _gone(workers)  # the kernel's parent-death signal
     assert tree(out) == good
+    # SIGKILL leaves the work folder behind; the next build removes it before its own work.
+    from edgeconv.output import WORK_PREFIX, remove_stale_work_folders
+
+    assert [p.name.startswith(WORK_PREFIX) for p in (released / "tmp").iterdir()] == [True]
+    remove_stale_work_folders(released / "tmp")
+    assert list((released / "tmp").iterdir()) == []

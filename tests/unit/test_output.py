@@ -200,3 +200,22 @@ def test_a_tmpdir_that_cannot_hold_a_work_folder_is_refused_before_any_work(tmp_
     assert str(info.value) == (f"cannot create a work folder in {tmp_path / 'not-a-folder'}: Not a directory; set "
                                "TMPDIR to a writable folder with free space")
     assert not (tmp_path / "build").exists()
+
+
+def test_work_folders_of_killed_builds_are_removed_and_live_ones_kept(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from edgeconv.output import WORK_PREFIX, remove_stale_work_folders
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(done.stdout)  # a process that has ended
+    names = [f"{WORK_PREFIX}{dead}-abc", f"{WORK_PREFIX}{os.getpid()}-def", f"{WORK_PREFIX}x-1", "edgeconv-crash",
+             "someone-else"]
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "spool.bin").write_bytes(b"x")
+    (tmp_path / f"{WORK_PREFIX}{dead}-file").write_text("a file, not a work folder")
+    remove_stale_work_folders(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*names[1:], f"{WORK_PREFIX}{dead}-file"])
