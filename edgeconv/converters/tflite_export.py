@@ -8,6 +8,7 @@ must end as a clear error naming the stage, not as a dead tool.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 import queue
@@ -85,6 +86,9 @@ class Worker:
         quiet_tf_env(env)
         read_fd, write_fd = os.pipe()
         self._log = tempfile.TemporaryFile()
+        # Shared with the worker: append mode, so its writes land at the end whatever offset this process
+        # reads the log at.
+        fcntl.fcntl(self._log.fileno(), fcntl.F_SETFL, fcntl.fcntl(self._log.fileno(), fcntl.F_GETFL) | os.O_APPEND)
         self._events = queue.Queue()
         self._proc = subprocess.Popen([sys.executable, "-m", WORKER, "--serve", str(write_fd)], stdin=subprocess.PIPE,
                                       stdout=self._log, stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,),
