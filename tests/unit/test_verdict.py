@@ -120,3 +120,40 @@ def test_the_console_gives_each_stage_time_before_the_verdict() -> None:
     lines = console_lines(body)
     assert lines[lines.index("gate: PASS") - 1] == "time: load 7.1 s, convert 1.8 s, verify 0.8 s (total 9.7 s)"
     assert not [line for line in console_lines(report(PASSING)) if line.startswith("time:")]  # a cached .tflite check
+
+
+def _parity(sqnr: float, cosine: float, top1: float, drop: float) -> dict[str, Any]:
+    return {"data": "evaluation", "outputs": {"p": {"built": {"sqnr_db": sqnr, "cosine": cosine,
+                                                             "top1_agreement": top1}}},
+            "accuracy": {"source": 0.9, "built": 0.9 - drop, "drop": {"built": drop}}}
+
+
+@pytest.mark.parametrize(("limit", "at", "outside", "check_id"), [
+    # A minimum passes at the limit and fails just below it; a maximum passes at it and fails just above.
+    ("min_sqnr_db", 20.0, 19.999, "agreement.sqnr_db.p"),
+    ("min_cosine", 0.99, 0.98999, "agreement.cosine.p"),
+    ("min_top1_agreement", 0.9, 0.8999, "agreement.top1.p"),
+    ("max_accuracy_drop", 0.03, 0.03001, "accuracy.drop"),
+])
+def test_every_agreement_gate_at_its_boundary(limit: str, at: float, outside: float, check_id: str) -> None:
+    good = {"min_sqnr_db": 40.0, "min_cosine": 1.0, "min_top1_agreement": 1.0, "max_accuracy_drop": 0.0}
+    limits = verdict.Limits(min_sqnr_db=20.0, min_cosine=0.99, min_top1_agreement=0.9, max_accuracy_drop=0.03)
+    names = {"min_sqnr_db": "sqnr", "min_cosine": "cosine", "min_top1_agreement": "top1", "max_accuracy_drop": "drop"}
+    for value, outcome in ((at, verdict.Outcome.PASS), (outside, verdict.Outcome.FAIL)):
+        measured = {names[k]: (value if k == limit else v) for k, v in good.items()}
+        checks = {c.id: c for c in verdict.agreement_checks(_parity(**measured), limits)}
+        assert checks[check_id].outcome is outcome, (limit, value)
+        assert [c.id for c in checks.values() if c.outcome.fails] == ([] if outcome is verdict.Outcome.PASS
+                                                                       else [check_id])
+
+
+@pytest.mark.parametrize(("limit", "key", "check_id"), [
+    ("max_arena_bytes", "arena_bytes", "memory.arena_bytes"),
+    ("max_flash_bytes", "flash_bytes", "memory.flash_bytes"),
+])
+def test_every_memory_gate_at_its_boundary(limit: str, key: str, check_id: str) -> None:
+    limits = verdict.Limits(**{limit: 10_000})
+    for value, fails in ((10_000, False), (10_001, True)):
+        memory = {"arena_bytes": 0, "flash_bytes": 0, key: value}
+        (check,) = verdict.memory_checks(memory, limits)
+        assert (check.id, check.outcome.fails) == (check_id, fails)
