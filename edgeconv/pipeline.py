@@ -141,7 +141,9 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
     Raises EdgeconvError for user mistakes (nothing is written), InternalError for
     failures of the toolchain. A build whose targets fail still writes its
     artifacts; ``BuildResult.passed`` is False. ``progress(stage, done, total)`` is
-    called while data is read and while the converter calibrates. With ``cache``, an
+    called while data is read and while the converter calibrates; a stage without a count
+    (loading, passes, converting, parity, ...) reports ``total`` 0, with ``done`` 0 when it
+    starts and 1 when it ends. With ``cache``, an
     unchanged rebuild writes the cached artifacts and report instead (``BuildResult.cached``).
     With ``baseline`` (an earlier report.json or its folder), the report says what changed and the
     regression gates (gates.max_size_growth, ...) can fail the build.

@@ -23,7 +23,8 @@ from ..ir import TensorSpec
 from .sources import UNNAMED, Field, Reader
 
 _MAX_LISTED = 5
-Progress = Callable[[str, int, int], None]  # (stage, done, total)
+# (stage, done, total); total 0: a stage without a count, done 0 when it starts and 1 when it ends
+Progress = Callable[[str, int, int], None]
 
 
 class Stats:

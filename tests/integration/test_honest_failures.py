@@ -179,7 +179,8 @@ def test_a_deep_float_graph_is_not_blamed_for_rounding_and_its_int8_failure_is_t
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "cal.npz", x=rng.normal(size=(100, 24)).astype(np.float32))
     np.savez(tmp_path / "eval.npz", x=rng.normal(size=(60, 24)).astype(np.float32))
-    (tmp_path / "p.yaml").write_text("version: 1\nmodel: {path: deep.keras}\ncalibration: {path: cal.npz, samples: 100}\n"
+    (tmp_path / "p.yaml").write_text("version: 1\nmodel: {path: deep.keras}\n"
+                                     "calibration: {path: cal.npz, samples: 100}\n"
                                      "evaluation: {path: eval.npz}\ntargets: [arm-neon]\n")
     assert main(["build", str(tmp_path / "p.yaml"), "-q"]) == 1
     report = json.loads((tmp_path / "build" / "deep" / "report.json").read_text())

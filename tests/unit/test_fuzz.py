@@ -22,6 +22,7 @@ SEEDS = sorted([*DATA.glob("*.tflite"), *(DATA / "ops").glob("*.tflite")])
 TFLITE_CASES = 2400  # through every rule-checked target: about 5 ms a case
 COMPILED_CASES = 60  # through the targets whose real compiler (Vela) runs: up to 1.5 s a case
 YAML_CASES = 1500
+BOUNDARY_WORDS = [b"\xff\xff\xff\xff", b"\x00\x00\x00\x00", b"\xff\xff\xff\x7f", b"\x01\x00\x00\x00"]
 YAML_ALPHABET = list(":{}[]-,#&*!|>'\"\n\t 0123456789abcxyz\\%@`é") + ["\x00", "\ud800"]
 
 
@@ -34,7 +35,7 @@ def _mutate_bytes(data: bytes, rng: random.Random) -> bytes:
         if kind < 0.4:
             b[i] ^= 1 << rng.randrange(8)
         elif kind < 0.7:
-            b[i:i + 4] = rng.choice([b"\xff\xff\xff\xff", b"\x00\x00\x00\x00", b"\xff\xff\xff\x7f", b"\x01\x00\x00\x00"])
+            b[i:i + 4] = rng.choice(BOUNDARY_WORDS)
         elif kind < 0.85:
             b = b[:i]
         else:
