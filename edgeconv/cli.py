@@ -343,7 +343,8 @@ def _build_many(args: argparse.Namespace) -> int:
 
 def _check_destinations(args: argparse.Namespace) -> None:
     """--junit, --summary and --results-json are written after the builds: a destination that cannot be
-    written is refused before them, not found out after minutes of work. --baseline must exist."""
+    written is refused before them, not found out after minutes of work. (--baseline is read and
+    checked by each build before its heavy work.)"""
     problems = []
     for flag in ("junit", "summary", "results_json"):
         path: Path | None = getattr(args, flag)
@@ -358,9 +359,6 @@ def _check_destinations(args: argparse.Namespace) -> None:
             problems.append(f"{name} {path}: {existing} is a file, not a folder")
         elif existing is not None and not os.access(existing, os.W_OK):
             problems.append(f"{name} {path}: {existing} is not writable")
-    if args.baseline is not None and not args.baseline.exists():
-        problems.append(f"--baseline {args.baseline}: no such file or folder (an earlier report.json or its "
-                        "output folder)")
     if problems:
         raise EdgeconvError("\n".join(problems))
 
