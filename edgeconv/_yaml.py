@@ -29,8 +29,12 @@ def compose_file(path: Path) -> yaml.Node:
     if len(text) > MAX_CHARS:
         raise ConfigError([f"{shown}: {len(text):,} characters; a pipeline file may have at most {MAX_CHARS:,}"])
     try:
-        _check_depth(text, shown)
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        loader = _DepthLimitedLoader(text)
+        loader.shown = shown
+        try:
+            node = loader.get_single_node()
+        finally:
+            loader.dispose()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{shown}:{mark.line + 1}:{mark.column + 1}" if mark else shown
@@ -47,18 +51,27 @@ MAX_CHARS = 1_000_000  # a pipeline file is a few KB; anything this large is not
 MAX_DEPTH = 32  # the deepest pipeline section nests 4 levels
 
 
-def _check_depth(text: str, shown: str) -> None:
-    """Refuse deep nesting from the event stream (no recursion) before the recursive composer sees it."""
+class _DepthLimitedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing deep nesting while it composes: its composer recurses once per
+    level, so a file nested hundreds deep would end in a RecursionError."""
+
+    shown = ""
     depth = 0
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
-        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-            depth += 1
-            if depth > MAX_DEPTH:
-                where = f"{shown}:{event.start_mark.line + 1}" if event.start_mark is not None else shown
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        nested = self.check_event(yaml.MappingStartEvent, yaml.SequenceStartEvent)
+        if nested:
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                where = f"{self.shown}:{mark.line + 1}" if mark is not None else self.shown
                 raise ConfigError([f"{where}: nested more than {MAX_DEPTH} levels deep; a pipeline file nests at "
                                    "most a few"])
-        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-            depth -= 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            if nested:
+                self.depth -= 1
 
 
 def line_of(node: yaml.Node) -> int:

@@ -345,6 +345,8 @@ def _check_destinations(args: argparse.Namespace) -> None:
     """--junit, --summary and --results-json are written after the builds: a destination that cannot be
     written is refused before them, not found out after minutes of work. (--baseline is read and
     checked by each build before its heavy work.)"""
+    from .output import existing_ancestor
+
     problems = []
     for flag in ("junit", "summary", "results_json"):
         path: Path | None = getattr(args, flag)
@@ -354,35 +356,13 @@ def _check_destinations(args: argparse.Namespace) -> None:
         if path.is_dir():
             problems.append(f"{name} {path}: is a folder; give a file path")
             continue
-        existing = next((p for p in (path.parent, *path.parent.parents) if p.exists()), None)
+        existing = existing_ancestor(path)
         if existing is not None and not existing.is_dir():
             problems.append(f"{name} {path}: {existing} is a file, not a folder")
         elif existing is not None and not os.access(existing, os.W_OK):
             problems.append(f"{name} {path}: {existing} is not writable")
     if problems:
         raise EdgeconvError("\n".join(problems))
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """The whole file or the previous one: a job cancelled while writing leaves no half-written XML."""
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _build_parallel(paths: list[Path], args: argparse.Namespace) -> list[Any]:
@@ -485,16 +465,17 @@ def _print_build(result: Any, cache: Any) -> None:
 def _ci_outputs(outcomes: list[Any], args: argparse.Namespace) -> None:
     """JUnit XML, the Markdown summary, and on GitHub Actions the step summary and annotations."""
     from .ci import junit_xml, summary_markdown, workflow_commands
+    from .output import write_atomically
 
     text = summary_markdown(outcomes)
     if args.junit is not None:
-        _write_atomically(args.junit, junit_xml(outcomes))
+        write_atomically(args.junit, junit_xml(outcomes))
     if args.summary is not None:
-        _write_atomically(args.summary, text)
+        write_atomically(args.summary, text)
     if args.results_json is not None:
         from .ci import EXIT_WORDS
 
-        _write_atomically(args.results_json, json.dumps([
+        write_atomically(args.results_json, json.dumps([
             {"pipeline": str(o.pipeline), "exit_code": o.code, "verdict": EXIT_WORDS.get(o.code, "crash"),
              "reasons": o.report["gate"]["reasons"] if o.report else [],
              "name": o.name, "output_dir": str(o.report_dir) if o.report_dir else None,

@@ -87,6 +87,26 @@ def remove_stale_work_folders(tmp: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
+def existing_ancestor(path: Path) -> Path | None:
+    """The closest folder above ``path`` that exists: where creating ``path`` would start."""
+    return next((p for p in (path.parent, *path.parent.parents) if p.exists()), None)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace the file ``path`` by ``text`` whole, or leave the previous one: a job cancelled while writing
+    leaves nothing half-written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; the file is an ordinary one
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def check_writable(path: Path) -> None:
     """Refuse, before any work, an output path that is a file or someone else's folder, or one that
     cannot be created or written (a read-only file system, a missing permission): found out after a
@@ -96,7 +116,7 @@ def check_writable(path: Path) -> None:
     if path.is_dir() and any(path.iterdir()) and not (path / MARKER).exists():
         raise OutputError(f"output folder {rel(path)} exists, is not empty and was not created by edgeconv; "
                           "choose another folder (--out) or empty it")
-    existing = next((p for p in (path.parent, *path.parent.parents) if p.exists()), None)
+    existing = existing_ancestor(path)
     if existing is None:
         return
     if not existing.is_dir():

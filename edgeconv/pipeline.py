@@ -16,7 +16,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,6 +39,9 @@ from .targets import load_target
 from .targets.checker import TargetResult, check_model
 from .targets.describe import quantization_line
 from .targets.target import Target
+
+if TYPE_CHECKING:
+    from .converters.tflite_export import Worker
 
 log = logging.getLogger("edgeconv")
 
@@ -262,7 +265,7 @@ def _from_cache(config: PipelineConfig, out_dir: Path, targets: list[Target], ke
 
 def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: Path,
            progress: Progress | None, suggest_keep_float: bool, baseline: dict[str, Any] | None,
-           worker: Any) -> BuildResult:
+           worker: Worker) -> BuildResult:
     cal_cfg = config.calibration
     q = config.quantization
     clock = _Clock(progress)
@@ -442,7 +445,7 @@ def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, convert
     # The source model's outputs, batch by batch: computed once, compared again by every keep-float trial.
     # A reference that takes any number of samples runs them in chunks (one call per SOURCE_CHUNK samples).
     source_outputs: list[dict[str, Any]] = []
-    chunk = max(1, SOURCE_CHUNK // batch) * batch if loaded.any_batch and reference is loaded.reference else batch
+    chunk = max(1, SOURCE_CHUNK // batch) * batch if loaded.any_batch else batch
     chunks = samples.batches(chunk, partial=True)
 
     def measure(data: bytes, *, with_float: bool = False) -> dict[str, Any]:

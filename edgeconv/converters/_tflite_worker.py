@@ -91,7 +91,7 @@ def convert(job_dir: Path, report: IO[str] | None = None) -> int:
     try:
         model, denied = _convert(tf, job_dir, job, representative)
         if job["debug"] is not None:
-            layers = _layer_errors(tf, job_dir, job, representative, _input_order(model, job), denied)
+            layers = _layer_errors(tf, job, _input_order(model, job), denied)
             (job_dir / "layers.json").write_text(json.dumps(layers))
         if job["float_reference"]:
             float_job = {**job, "mode": "none", "keep_float": []}
@@ -189,8 +189,7 @@ def _input_order(model: bytes, job: dict[str, Any]) -> list[str]:
     return order
 
 
-def _layer_errors(tf: Any, job_dir: Path, job: dict[str, Any], representative: Any,
-                  order: list[str], denied: list[str] | None) -> list[dict[str, Any]]:
+def _layer_errors(tf: Any, job: dict[str, Any], order: list[str], denied: list[str] | None) -> list[dict[str, Any]]:
     """Per quantized op, next to the same op in float on the same dequantized inputs (TF's
     QuantizationDebugger): the error it adds, the SQNR of its output, and how much of the float
     op's output its quantization erases."""
@@ -198,8 +197,6 @@ def _layer_errors(tf: Any, job_dir: Path, job: dict[str, Any], representative: A
     import io
 
     debug_job = {**job, **job["debug"]}
-    # The debugger feeds and reads float; the per-op errors do not depend on the model's I/O types.
-    float_io = {**job, "input_type": "float32", "output_type": "float32"}
 
     def debug_data() -> Any:
         for batch in samples(debug_job, None, limit=DEBUG_SAMPLES):
@@ -209,20 +206,15 @@ def _layer_errors(tf: Any, job_dir: Path, job: dict[str, Any], representative: A
         layer_direct_compare_metrics={"erased": _erased, "signal_power": _signal_power,
                                       "noise_power": _noise_power},
         denylisted_nodes=denied)
-    if _CALIBRATED.get(_DATA_KEY) is not None:
-        # The debug model straight from the build's calibration: what the debugger made from a converter does
-        # (TF 2.21, debugger.py _init_from_converter), without converting the graph once more.
-        from tensorflow.lite.python import convert as tf_convert
+    # The debug model straight from the build's calibration (the job's conversion ran first): what the
+    # debugger makes from a converter (TF 2.21, debugger.py _init_from_converter), without converting and
+    # calibrating the graph once more.
+    from tensorflow.lite.python import convert as tf_convert
 
-        print("edgeconv worker: debug model from the build's calibration", file=sys.stderr, flush=True)
-        quant_debug_model = tf_convert.mlir_quantize(
-            _CALIBRATED[_DATA_KEY], disable_per_channel=not job["per_channel"], fully_quantize=False,
-            enable_numeric_verify=True, denylisted_ops=None, denylisted_nodes=denied)
-    else:
-        made = tf.lite.experimental.QuantizationDebugger(
-            converter=_converter(tf, job_dir, float_io, representative), debug_dataset=debug_data,
-            debug_options=options)
-        quant_debug_model = made.quant_model
+    print("edgeconv worker: debug model from the build's calibration", file=sys.stderr, flush=True)
+    quant_debug_model = tf_convert.mlir_quantize(
+        _CALIBRATED[_DATA_KEY], disable_per_channel=not job["per_channel"], fully_quantize=False,
+        enable_numeric_verify=True, denylisted_ops=None, denylisted_nodes=denied)
     # Built from a converter, the debugger's interpreter does not keep intermediate tensors (TF 2.21,
     # debugger.py _init_from_converter), so the float and quantized values the compare metrics read
     # after invoke() may already be overwritten by later ops (measured: a logits op reported at 7.1 dB

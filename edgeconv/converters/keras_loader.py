@@ -226,7 +226,7 @@ def graph_from_keras(path: Path, *, batch_size: int, input_shapes: Mapping[str, 
 def _compiled_runner(tf: Any, call: Any, in_names: Sequence[str], shapes: Mapping[str, tuple[int, ...]],
                      dtypes: Mapping[str, Any], fixed: Any) -> Runner:
     """The model in inference mode as a compiled function (a graph, not eager layer calls: measured 22 ms
-    -> 0.3 ms per sample on the digits CNN) that takes any number of samples per call. It is traced with
+    -> under 1 ms per sample on the digits CNN) that takes any number of samples per call. It is traced with
     an open batch dimension on first use; a model that needs its static batch runs ``fixed`` (traced at
     model.batch_size) slice by slice instead."""
     tf_any: list[Any] = []  # the open-batch function, once traced; [None] when the model cannot have one
