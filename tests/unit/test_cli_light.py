@@ -47,7 +47,7 @@ def test_light_commands_do_not_import_tensorflow(argv: list[str], code: int) -> 
 
 @pytest.mark.parametrize("argv", [["--help"], ["--version"], ["build", "--help"]])
 def test_help_imports_neither_numpy_nor_yaml(argv: list[str]) -> None:
-    """What --help costs is the interpreter and argparse (0.09 s on the CI machine, was 0.8 s)."""
+    """What --help costs is the interpreter and argparse (about 0.1 s on the CI machine, was 0.8 s)."""
     probe = (f"import sys\nfrom edgeconv.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
              "print(sorted(m for m in ('numpy', 'yaml', 'tensorflow') if m in sys.modules), file=sys.stderr)")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
