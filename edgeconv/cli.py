@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import cancel
 from ._version import __version__
 from .errors import EdgeconvError, InternalError, rel
 
@@ -109,7 +110,13 @@ class Terminated(BaseException):
 
 
 def _terminate(signum: int, frame: Any) -> None:
+    cancel.request(Terminated)  # kept too: third-party code may swallow the exception (see cancel.py)
     raise Terminated()
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    cancel.request(KeyboardInterrupt)
+    raise KeyboardInterrupt()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -119,17 +126,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if threading.current_thread() is not threading.main_thread():
         return _main(args)
+    cancel.clear()
     previous = signal.signal(signal.SIGTERM, _terminate)
+    # Ctrl-C as Python does it, unless it is ignored (a job started in the background) or handled by a host.
+    interrupt = signal.getsignal(signal.SIGINT)
+    if interrupt is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupt)
     try:
         return _main(args)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if interrupt is signal.default_int_handler:
+            signal.signal(signal.SIGINT, interrupt)
+        cancel.clear()
 
 
 def _main(args: argparse.Namespace) -> int:
     try:
         if args.command == "build":
-            return _build_many(args)
+            code = _build_many(args)
+            cancel.check()  # a signal whose exception a library swallowed: still a cancelled run
+            return code
         if args.command == "validate":
             return _validate(args.pipelines)
         if args.command == "check":

@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from . import cancel
 from .errors import OutputError, rel
 
 MARKER = ".edgeconv-output"
@@ -146,6 +147,7 @@ def commit(path: Path, files: Mapping[str, bytes]) -> None:
             (staging / name).write_bytes(data)
         (staging / MARKER).write_text("This folder is written by edgeconv and replaced on every build.\n")
         _step("staged")
+        cancel.check()  # the last moment a cancelled build can still leave the previous output untouched
         if path.exists():
             backup = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-{os.getpid()}-", dir=parent))
             os.rmdir(backup)

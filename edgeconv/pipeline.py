@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import output, report, verdict
+from . import cancel, output, report, verdict
 from ._version import __version__
 from .cache import BuildCache
 from .calibration import SOURCES, resolve_source
@@ -394,12 +394,14 @@ class _Clock:
         self.label: str | None = None
 
     def begin(self, label: str) -> None:
+        cancel.check()
         self._end()
         self.label = label
         if self.progress is not None:
             self.progress(label, 0, 0)
 
     def lap(self, stage: str) -> None:
+        cancel.check()
         self._end()
         now = time.perf_counter()
         self.stages[stage] = self.stages.get(stage, 0.0) + now - self.last

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from .. import cancel
 from .._tf import quiet_tf_env
 from ..calibration.samples import Progress, SampleSet
 from ..errors import InternalError, ModelError
@@ -114,6 +115,7 @@ class Worker:
 
     def run(self, job_dir: Path, total: int, progress: Progress | None, timeout_s: float) -> tuple[int, str]:
         """Run one job; its exit code (negative: the signal that killed the worker) and its log."""
+        cancel.check()
         self.start()
         assert self._proc is not None and self._proc.stdin is not None and self._log is not None
         self._progress = (progress, total)

@@ -110,3 +110,55 @@ def test_sigkill_of_edgeconv_takes_the_worker_with_it(released: Path) -> None:
     assert [p.name.startswith(WORK_PREFIX) for p in (released / "tmp").iterdir()] == [True]
     remove_stale_work_folders(released / "tmp")
     assert list((released / "tmp").iterdir()) == []
+
+
+SWALLOWING_SOURCE = '''
+import pathlib
+import time
+
+import numpy as np
+
+
+def samples():  # called twice (counted, then drawn): waits for the signal the first time only
+    if not pathlib.Path("started").exists():
+        pathlib.Path("started").touch()
+        try:
+            time.sleep(120)
+        except BaseException:  # as Keras's model loader does around its weight extraction: the exception is lost
+            pathlib.Path("swallowed").touch()
+    images = np.load("examples/digits/calibration.npz")["image"]
+    return ({"image": image} for image in images)
+'''
+
+
+def test_sigterm_swallowed_by_third_party_code_still_cancels(released: Path) -> None:
+    """The SIGTERM handler's exception can land in code with a bare ``except:``; the build must stop
+    anyway, at its next check, and leave the release alone."""
+    out = released / "build" / "digits"
+    good = tree(out)
+    (released / "swallow.py").write_text(SWALLOWING_SOURCE)
+    text = (released / "pipeline.yaml").read_text()
+    start = text.index("  source: npz")
+    end = text.index("  samples: 200")
+    (released / "pipeline.yaml").write_text(
+        text[:start] + "  source: python\n  function: swallow:samples\n  trust_code: true\n" + text[end:])
+    env = {**os.environ, "EDGECONV_NO_CACHE": "1", "TMPDIR": str(released / "tmp")}
+    (released / "tmp").mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "edgeconv", "build", "pipeline.yaml", "-q"], cwd=released,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (released / "started").exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the calibration source never ran"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert (released / "swallowed").exists()
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "edgeconv: terminated; the previous output is unchanged"
+    assert tree(out) == good
+    assert sorted(p.name for p in out.parent.iterdir()) == ["digits"]
+    assert list((released / "tmp").iterdir()) == []

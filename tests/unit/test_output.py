@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeconv import OutputError
+from edgeconv import OutputError, cancel
 from edgeconv.output import MARKER, check_writable, commit, write_crash_log
 
 from ..conftest import tree
@@ -33,6 +33,36 @@ def test_a_failed_commit_keeps_the_previous_output(tmp_path: Path) -> None:
         commit(out, Exploding())
     assert tree(out) == before
     assert [p.name for p in tmp_path.iterdir()] == ["m"]
+
+
+@pytest.mark.parametrize("kind", [cancel.Cancelled, KeyboardInterrupt])
+def test_a_cancelled_build_never_replaces_the_previous_output(tmp_path: Path, kind: type[BaseException]) -> None:
+    """A stop asked for while the build ran (its signal's exception swallowed by a library on the way)
+    is honoured at the last moment: after staging, before the old output moves."""
+    out = tmp_path / "m"
+    commit(out, {"a.tflite": b"good"})
+    before = tree(out)
+    cancel.request(kind)
+    try:
+        with pytest.raises(kind):
+            commit(out, {"b.tflite": b"new"})
+    finally:
+        cancel.clear()
+    assert tree(out) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["m"]
+    commit(out, {"b.tflite": b"new"})  # cleared: the next build goes ahead
+    assert (out / "b.tflite").read_bytes() == b"new"
+
+
+def test_the_first_stop_request_wins() -> None:
+    cancel.request(KeyboardInterrupt)
+    cancel.request(cancel.Cancelled)
+    try:
+        assert cancel.requested() is KeyboardInterrupt
+    finally:
+        cancel.clear()
+    assert cancel.requested() is None
+    cancel.check()  # nothing requested: returns
 
 
 def test_refuses_folders_it_does_not_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

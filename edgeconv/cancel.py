@@ -1,0 +1,45 @@
+"""Cancelling a build: a signal (SIGTERM when CI cancels a job, Ctrl-C) or another thread.
+
+A signal handler's exception is not enough on its own: it is raised wherever the main thread
+happens to be, and third-party code there may swallow it (Keras's model loader wraps its weight
+extraction in a bare ``except:`` and falls back). So the request is also kept here, and the build
+checks it between stages, before each conversion job and before it replaces the output folder: a
+build asked to stop never goes on to replace the last good release.
+"""
+
+from __future__ import annotations
+
+import threading
+
+_lock = threading.Lock()
+_requested: type[BaseException] | None = None
+
+
+class Cancelled(BaseException):
+    """The build was cancelled by :func:`request` from another thread. A ``BaseException``, like
+    ``KeyboardInterrupt``: it unwinds through every ``except Exception``, removing work and staging
+    folders on the way, and leaves the output folder as it was."""
+
+
+def request(kind: type[BaseException] = Cancelled) -> None:
+    """Ask the running build to stop; it raises ``kind`` at its next check."""
+    global _requested
+    with _lock:
+        if _requested is None:
+            _requested = kind
+
+
+def requested() -> type[BaseException] | None:
+    return _requested
+
+
+def check() -> None:
+    """Raise the requested exception, if a stop was requested."""
+    if _requested is not None:
+        raise _requested()
+
+
+def clear() -> None:
+    global _requested
+    with _lock:
+        _requested = None
