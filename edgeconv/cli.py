@@ -644,7 +644,7 @@ def _schema(which: str) -> int:
 
         print(pipeline_json_schema_text(), end="")
     else:
-        from .report import SCHEMA_PATH
+        from .report_model import json_schema_text
 
-        print(SCHEMA_PATH.read_text(), end="")
+        print(json_schema_text(), end="")
     return EXIT_OK

@@ -1,4 +1,5 @@
-"""The build report: JSON (versioned, with a JSON Schema) and Markdown for people.
+"""The build report: its sections as JSON (typed by :mod:`edgeconv.report_model`, whose JSON Schema
+is generated from that model) and Markdown for people.
 
 ``targets_json`` is shared with ``edgeconv check``, whose JSON output is exactly
 the report's ``targets`` section.
@@ -16,10 +17,10 @@ from .config import GatesConfig
 from .converters.tflite_reader import TensorInfo, TFLiteModel
 from .ir import source_layers
 from .passes.base import PassResult
+from .report_model import REPORT_SCHEMA_VERSION as REPORT_SCHEMA_VERSION
 from .targets.checker import OpResult, TargetResult, Verdict
 from .targets.target import Effect, OpStatus, Placement
 
-REPORT_SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "report.schema.json"
 
 

@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 import yaml
 
-from edgeconv import ConfigError, load_pipeline
+from edgeconv import ConfigError, load_pipeline, report_model
 from edgeconv.calibration import resolve_source
 from edgeconv.cli import main
 from edgeconv.config import pipeline_json_schema, pipeline_json_schema_text, resolved_yaml
@@ -197,6 +197,13 @@ def test_committed_json_schema_is_generated_from_the_config_model() -> None:
     committed = (REPO / "edgeconv" / "schemas" / "pipeline.schema.json").read_text()
     regenerate = "run: edgeconv schema pipeline > edgeconv/schemas/pipeline.schema.json"
     assert committed == pipeline_json_schema_text(), regenerate
+
+
+def test_committed_report_schema_is_generated_from_the_report_model() -> None:
+    committed = (REPO / "edgeconv" / "schemas" / "report.schema.json").read_text()
+    regenerate = "run: edgeconv schema report > edgeconv/schemas/report.schema.json"
+    assert committed == report_model.json_schema_text(), regenerate
+    jsonschema.Draft202012Validator.check_schema(json.loads(committed))
 
 
 def test_json_schema_accepts_the_example_and_rejects_mistakes() -> None:
