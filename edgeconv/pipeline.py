@@ -16,11 +16,12 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import numpy as np
 
 from . import cancel, output, report, verdict
+from . import report_model as rm
 from ._version import __version__
 from .cache import BuildCache
 from .calibration import SOURCES, resolve_source
@@ -51,7 +52,7 @@ class BuildResult:
     config: PipelineConfig
     output_dir: Path
     tflite_path: Path
-    report: dict[str, Any]
+    report: rm.Report
     targets: tuple[TargetResult, ...]
     cached: bool = False  # written from the build cache (the report is the cached build's)
 
@@ -64,13 +65,13 @@ class BuildResult:
 class CheckResult:
     model: TFLiteModel
     targets: tuple[TargetResult, ...]
-    gate: dict[str, Any]
+    gate: rm.Gate
 
     @property
     def passed(self) -> bool:
         return bool(self.gate["verdict"] == "pass")
 
-    def to_json(self) -> list[dict[str, Any]]:
+    def to_json(self) -> list[rm.TargetVerdict]:
         """The report's ``targets`` section for this model."""
         return report.targets_json(self.targets)
 
@@ -89,7 +90,7 @@ def check(model_path: str | Path, targets: Sequence[str] = ("generic-int8",),
 
 
 def _equivalence(reference: Any, graph: FrozenGraph, calib: SampleSet, batch_size: int, samples: int,
-                 tolerance: float) -> dict[str, Any]:
+                 tolerance: float) -> rm.Equivalence:
     """Outputs of the model in inference mode vs the cleaned graph on the first calibration samples."""
     from .converters.tf_graph import concrete_function, run_graph
 
@@ -338,15 +339,16 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     warnings += quant_warnings
 
     limits = gate_limits(config)
-    checks = [verdict.off(f"{i}", note) for i, note in enumerate(limits.notes)]
-    checks.append(verdict.simple(
-        "conversion.passes", verdict.Kind.CONVERSION, equivalence["passed"],
-        f"the passes changed the outputs: max abs difference {equivalence['max_abs_diff']:.3g} > "
-        f"verify.pass_tolerance {equivalence['tolerance']:g}" if not equivalence["passed"] else
-        f"the passes changed nothing (max abs difference {equivalence['max_abs_diff']:.3g})",
-        equivalence["max_abs_diff"], equivalence["tolerance"]))
-    if cal_cfg is not None:
-        checks += verdict.calibration_checks(warnings, limits)
+    early_checks = [
+        *(verdict.off(f"{i}", note) for i, note in enumerate(limits.notes)),
+        verdict.simple(
+            "conversion.passes", verdict.Kind.CONVERSION, equivalence["passed"],
+            f"the passes changed the outputs: max abs difference {equivalence['max_abs_diff']:.3g} > "
+            f"verify.pass_tolerance {equivalence['tolerance']:g}" if not equivalence["passed"] else
+            f"the passes changed nothing (max abs difference {equivalence['max_abs_diff']:.3g})",
+            equivalence["max_abs_diff"], equivalence["tolerance"]),
+        *(verdict.calibration_checks(warnings, limits) if cal_cfg is not None else ()),
+    ]
     # Before any verdict, the built model must run on every sample the build has.
     from .verify import invoke
 
@@ -354,33 +356,75 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     clock.begin("running the built model on every sample")
     sets = [(calib.role, calib.batches(batch)), *([("evaluation", evaluation.batches(batch))] if evaluation else [])]
     runs = invoke.invoke_all(exported.tflite, sets, loaded.graph.layer_names())
+    invoke_check = verdict.simple("runtime.invoke", verdict.Kind.RUNTIME, not runs["failed"], invoke.sentence(runs),
+                                  runs["failed"], 0)
     clock.lap("invoke")
     clock.begin("measuring parity")
-    checks.append(verdict.simple("runtime.invoke", verdict.Kind.RUNTIME, not runs["failed"], invoke.sentence(runs),
-                                 runs["failed"], 0))
     verification = (_verify(config, loaded, reference, converter, calib, evaluation, exported, model,
-                            suggest_keep_float, progress, checks, limits) if not runs["failed"] else
-                    {"parity": None, "culprits": None, "keep_float_suggestion": None})
+                            suggest_keep_float, progress, limits) if not runs["failed"] else Verification())
     clock.lap("verify")
     if config.output.onnx is not None:
         clock.begin("exporting and running ONNX")
-    onnx_files, onnx_json = (_onnx(config, graph, reference, exported.tflite, model, evaluation or calib, work,
-                                   checks) if config.output.onnx is not None else ({}, None))
-    source = _model_json(config, out_dir, loaded.format, loaded.framework, loaded.graph.inputs,
-                         loaded.graph.outputs, len(loaded.graph.layers), loaded.notes)
-    quant = _quantization_json(config, out_dir, calib if cal_cfg is not None else None, warnings, targets)
-    body = _report(config, out_dir, source, model, [report.pass_json(p) for p in pass_results], equivalence,
-                   quant, results, loaded.graph.layer_names(),
-                   _data_json(evaluation, out_dir) if evaluation is not None else None)
-    files = {**_firmware(config, model, exported.tflite, evaluation, batch, body), **onnx_files}
-    body.update(verification)
-    body["invoke"] = runs
-    body["onnx"] = onnx_json
+    onnx = (_onnx(config, graph, reference, exported.tflite, model, evaluation or calib, work)
+            if config.output.onnx is not None else None)
+    fw = _firmware(config, model, exported.tflite, evaluation, batch)
+    layer_names = loaded.graph.layer_names()
+    checks = (*verdict.target_checks(results, limits, layer_names), *early_checks, invoke_check,
+              *verification.checks, *(onnx.checks if onnx is not None else ()),
+              *verdict.memory_checks(fw.memory, limits))
     clock.lap("onnx" if config.output.onnx is not None else "report")
-    body["timings"] = clock.to_json()
+    body: rm.Report = {
+        **_head(config, out_dir),
+        "model": _model_json(config, out_dir, loaded.format, loaded.framework, loaded.graph.inputs,
+                             loaded.graph.outputs, len(loaded.graph.layers), loaded.notes),
+        "artifacts": _artifacts(config, model),
+        "passes": [report.pass_json(p) for p in pass_results],
+        "equivalence": equivalence,
+        "quantization": _quantization_json(config, out_dir, calib if cal_cfg is not None else None, warnings,
+                                           targets),
+        "evaluation": _data_json(evaluation, out_dir) if evaluation is not None else None,
+        "tflite": report.model_json(model),
+        "targets": report.targets_json(results, layer_names),
+        "gate": verdict.Verdict(checks).to_json(),
+        "memory": fw.memory,
+        "firmware": fw.firmware,
+        "parity": verification.parity,
+        "culprits": verification.culprits,
+        "keep_float_suggestion": verification.keep_float_suggestion,
+        "invoke": runs,
+        "onnx": onnx.section if onnx is not None else None,
+        "baseline": None,
+        "timings": clock.to_json(),
+    }
+    if baseline is not None:
+        body = _against_baseline(body, baseline, checks, config)
     graph_io = ([i.node for i in loaded.graph.inputs], [canonical(o.tensor) for o in loaded.graph.outputs])
-    return _commit(config, out_dir, tflite_name, exported.tflite, body, results, checks, limits, graph_io, files,
-                   baseline, loaded.graph.layer_names())
+    files = {**fw.files, **(onnx.files if onnx is not None else {})}
+    return _commit(config, out_dir, tflite_name, exported.tflite, body, results, graph_io, files)
+
+
+@dataclasses.dataclass(frozen=True)
+class Verification:
+    """What parity on the built model found: its report sections and its checks."""
+
+    parity: rm.Parity | None = None
+    culprits: list[rm.Culprit] | None = None
+    keep_float_suggestion: rm.KeepFloatSuggestion | None = None
+    checks: tuple[verdict.Check, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class OnnxResult:
+    files: dict[str, bytes]
+    section: rm.Onnx
+    checks: tuple[verdict.Check, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class FirmwareResult:
+    files: dict[str, bytes]
+    memory: rm.Memory
+    firmware: rm.Firmware
 
 
 class _Clock:
@@ -412,7 +456,7 @@ class _Clock:
             self.progress(self.label, 1, 0)
         self.label = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> rm.Timings:
         return {"stages_s": {k: round(v, 2) for k, v in self.stages.items()},
                 "total_s": round(self.last - self.start, 2)}
 
@@ -422,19 +466,18 @@ SOURCE_CHUNK = 256  # samples per call of the source model in parity (when it ta
 
 def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, converter: Any, calib: SampleSet,
             evaluation: SampleSet | None, exported: Any, model: TFLiteModel, suggest_keep_float: bool,
-            progress: Progress | None, checks: list[verdict.Check], limits: verdict.Limits) -> dict[str, Any]:
+            progress: Progress | None, limits: verdict.Limits) -> Verification:
     """Parity on the evaluation data (or, without any, on the calibration samples: no build goes
-    unchecked), the layers that add the most error, and (asked for) which layers to keep in float.
-    The agreement, accuracy and float-conversion checks are appended to ``checks``."""
+    unchecked), the layers that add the most error, and (asked for) which layers to keep in float;
+    with the agreement, accuracy and float-conversion checks."""
     from .converters.tflite_export import ExportOptions
     from .verify import culprits, parity
     from .verify.runner import TFLiteRunner
 
     q = config.quantization
     batch = config.model.batch_size
-    out: dict[str, Any] = {"parity": None, "culprits": None, "keep_float_suggestion": None}
     if not config.verify.parity:
-        return out
+        return Verification()
     samples = evaluation if evaluation is not None else calib
     log.info("parity: comparing the source model, the float .tflite and the built .tflite on %d %s samples",
              samples.count, samples.role)
@@ -450,7 +493,7 @@ def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, convert
     chunk = max(1, SOURCE_CHUNK // batch) * batch if loaded.any_batch else batch
     chunks = samples.batches(chunk, partial=True)
 
-    def measure(data: bytes, *, with_float: bool = False) -> dict[str, Any]:
+    def measure(data: bytes, *, with_float: bool = False) -> rm.Parity:
         runs = {"tflite_float": TFLiteRunner(float_tflite).run} if with_float and float_tflite is not None else {}
         runs["built"] = TFLiteRunner(data).run
         step = itertools.count()
@@ -463,13 +506,12 @@ def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, convert
                 source_outputs.extend({o: v[i:i + batch] for o, v in outputs.items()} for i in range(0, size, batch))
             return source_outputs[k]
 
-        return parity.measure(source, runs, samples.batches(batch), shapes, labels, config.verify.outputs)
+        return {**parity.measure(source, runs, samples.batches(batch), shapes, labels, config.verify.outputs),
+                "data": samples.role}
 
     result = measure(exported.tflite, with_float=True)
-    result["data"] = samples.role
-    out["parity"] = result
     # The INT8 model's agreement first: when both fail, that is the line the user reads.
-    checks += verdict.agreement_checks(result, limits)
+    checks = verdict.agreement_checks(result, limits)
     if float_tflite is not None:
         checks += parity.float_conversion_checks(result, config.verify.float_tolerance, len(model.ops))
     final = [model.main.tensors[i].name for i in model.main.outputs]
@@ -477,8 +519,7 @@ def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, convert
     final += [op.inputs[0].name for op in model.ops if op.type == "DEQUANTIZE" and op.inputs[0] is not None
               and op.outputs[0].name in final]
     ranked = culprits.rank(exported.layers, loaded.graph.layer_names(), final) if exported.layers else None
-    if ranked is not None:
-        out["culprits"] = ranked[:config.verify.culprits]
+    suggestion = None
     if (suggest_keep_float or config.verify.suggest_keep_float) and ranked:
         def trial(patterns: list[str]) -> tuple[list[str], dict[str, Any]]:
             log.info("suggest-keep-float: trying %d op(s) in float", len(patterns))
@@ -486,17 +527,18 @@ def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, convert
                                     keep_float=tuple(patterns))
             data = converter.convert(calib, options, f"keep{len(patterns)}").tflite
             measured = measure(data)
-            cost = {"bytes": len(data), "accuracy": (measured["accuracy"] or {}).get("built"),
+            accuracy = measured["accuracy"]
+            cost = {"bytes": len(data), "accuracy": accuracy.get("built") if accuracy is not None else None,
                     "sqnr_db": {o: m["built"]["sqnr_db"] for o, m in measured["outputs"].items()}}
-            measured["data"] = samples.role
             return verdict.failed_sentences(verdict.agreement_checks(measured, limits)), cost
 
-        out["keep_float_suggestion"] = culprits.suggest(ranked, config.verify.max_keep_float, trial)
-    return out
+        suggestion = culprits.suggest(ranked, config.verify.max_keep_float, trial)
+    return Verification(result, ranked[:config.verify.culprits] if ranked is not None else None, suggestion,
+                        tuple(checks))
 
 
 def _onnx(config: PipelineConfig, graph: FrozenGraph, reference: Any, tflite: bytes, model: TFLiteModel,
-          data: SampleSet, work: Path, checks: list[verdict.Check]) -> tuple[dict[str, bytes], dict[str, Any]]:
+          data: SampleSet, work: Path) -> OnnxResult:
     """The float ONNX model of the cleaned graph (and the INT8 QDQ one of the built .tflite), run with
     ONNX Runtime on the evaluation data: the float one against the source model (within
     verify.float_tolerance, else the build fails), the INT8 one against the .tflite."""
@@ -515,17 +557,18 @@ def _onnx(config: PipelineConfig, graph: FrozenGraph, reference: Any, tflite: by
     float_proto = onnx_export.export_float(graph, o.opset)
     files = {f"{stem}.onnx": float_proto.SerializeToString()}
     labels = data.label_values() if data.labels else None
-    runs: dict[str, Any] = {"float": parity.measure(reference, {"onnx_float": OnnxRunner(files[f"{stem}.onnx"]).run},
+    runs: rm.OnnxParity = {"float": parity.measure(reference, {"onnx_float": OnnxRunner(files[f"{stem}.onnx"]).run},
                                                     data.batches(batch), shapes, labels)}
     worst = max(per["onnx_float"]["max_abs_error"] for per in runs["float"]["outputs"].values())
     tolerance = config.verify.float_tolerance
-    checks.append(verdict.simple(
+    check = verdict.simple(
         "conversion.onnx_float", verdict.Kind.CONVERSION, worst <= tolerance,
         f"the float ONNX model differs from the source model by {worst:.3g}"
         + (f" (> verify.float_tolerance {tolerance:g}): a tf2onnx conversion problem" if worst > tolerance else ""),
-        worst, tolerance))
-    models = {"float": {"file": f"{stem}.onnx", **onnx_export.summary(float_proto),
-                        "from_tf": onnx_export.from_tf(float_proto, graph)}}
+        worst, tolerance)
+    float_model: rm.FloatOnnxModel = {"file": f"{stem}.onnx", **onnx_export.summary(float_proto),
+                                      "from_tf": onnx_export.from_tf(float_proto, graph)}
+    models: dict[str, rm.OnnxModel] = {"float": float_model}
     if quantized:
         sig = model.signatures[0] if model.signatures else None
         names = {}
@@ -536,15 +579,15 @@ def _onnx(config: PipelineConfig, graph: FrozenGraph, reference: Any, tflite: by
         files[f"{stem}.int8.onnx"] = int8_proto.SerializeToString()
         tfl = TFLiteRunner(tflite)
         runner = OnnxRunner(files[f"{stem}.int8.onnx"], quantization=tfl)
-        runs["int8"] = parity.measure(tfl.run, {"onnx_int8": runner.run}, data.batches(batch), shapes, None)
-        runs["int8"]["bit_exact"] = runner.exact_share()
-        models["int8"] = {"file": f"{stem}.int8.onnx", **onnx_export.summary(int8_proto)}
-    return files, {"opset": o.opset, "models": models, "data": data.role, "parity": runs}
+        runs["int8"] = rm.OnnxInt8Parity(**parity.measure(tfl.run, {"onnx_int8": runner.run}, data.batches(batch),
+                                                          shapes, None), bit_exact=runner.exact_share())
+        models["int8"] = {**onnx_export.summary(int8_proto), "file": f"{stem}.int8.onnx"}
+    return OnnxResult(files, {"opset": o.opset, "models": models, "data": data.role, "parity": runs}, (check,))
 
 
-def _firmware(config: PipelineConfig, model: TFLiteModel, data: bytes, evaluation: SampleSet | None, batch: int,
-              body: dict[str, Any]) -> dict[str, bytes]:
-    """The C array, op-resolver header and golden vectors the pipeline asks for; memory in the report."""
+def _firmware(config: PipelineConfig, model: TFLiteModel, data: bytes, evaluation: SampleSet | None,
+              batch: int) -> FirmwareResult:
+    """The C array, op-resolver header and golden vectors the pipeline asks for, and the memory estimate."""
     from .verify import firmware, memory
 
     files: dict[str, bytes] = {}
@@ -569,9 +612,8 @@ def _firmware(config: PipelineConfig, model: TFLiteModel, data: bytes, evaluatio
                                                     intermediates=config.output.golden.intermediates)
         files.update(golden_files)
         listed += list(golden_files)
-    body["memory"] = memory.estimate(model)
-    body["firmware"] = {"files": listed, "c_name": name if listed else None, "golden": golden_meta}
-    return files
+    return FirmwareResult(files, memory.estimate(model),
+                          {"files": listed, "c_name": name if listed else None, "golden": golden_meta})
 
 
 def _c_name(text: str) -> str:
@@ -664,32 +706,55 @@ def _check_existing(config: PipelineConfig, out_dir: Path, targets: list[Target]
                         for t in io["inputs"]]
     source["outputs"] = [{"name": t.get("signature_name", t["name"]), "shape": t["shape"], "dtype": t["dtype"]}
                          for t in io["outputs"]]
-    body = _report(config, out_dir, source, model, [], None, None, results, None)
-    files = _firmware(config, model, data, None, 1, body)
-    body.update({"parity": None, "culprits": None, "keep_float_suggestion": None})
+    fw = _firmware(config, model, data, None, 1)
     limits = gate_limits(config)
-    checks = [verdict.off(f"{i}", note) for i, note in enumerate(limits.notes)]
-    return _commit(config, out_dir, tflite_name, data, body, results, checks, limits, extra_files=files,
-                   baseline=baseline)
-
-
-def _commit(config: PipelineConfig, out_dir: Path, tflite_name: str, tflite: bytes, body: dict[str, Any],
-            results: tuple[TargetResult, ...], checks: list[verdict.Check], limits: verdict.Limits,
-            graph_io: tuple[list[str], list[str]] | None = None, extra_files: Mapping[str, bytes] | None = None,
-            baseline: dict[str, Any] | None = None, layers: Sequence[str] = ()) -> BuildResult:
-    """The verdict, computed once from every check of the build, then the output folder."""
-    all_checks = [*verdict.target_checks(results, limits, layers), *checks,
-                  *verdict.memory_checks(body["memory"], limits)]
-    body["baseline"] = None
+    checks = (*verdict.target_checks(results, limits), *(verdict.off(f"{i}", note) for i, note in enumerate(limits.notes)),
+              *verdict.memory_checks(fw.memory, limits))
+    body: rm.Report = {
+        **_head(config, out_dir),
+        "model": source,
+        "artifacts": _artifacts(config, model),
+        "passes": [],
+        "equivalence": None,
+        "quantization": None,
+        "evaluation": None,
+        "tflite": io,
+        "targets": report.targets_json(results),
+        "gate": verdict.Verdict(checks).to_json(),
+        "memory": fw.memory,
+        "firmware": fw.firmware,
+        "parity": None,
+        "culprits": None,
+        "keep_float_suggestion": None,
+        "invoke": None,
+        "onnx": None,
+        "baseline": None,
+        "timings": None,
+    }
     if baseline is not None:
-        body["gate"] = verdict.Verdict(tuple(all_checks)).to_json()  # the verdict before the regression gates
-        changes = diff(baseline, body)
-        failed = regressions(changes, config.gates.regression)
-        body["baseline"] = {"diff": changes, "regressions": failed}
-        all_checks += verdict.regression_checks(failed, config.gates.regression.names)
-    body["gate"] = verdict.Verdict(tuple(all_checks)).to_json()
+        body = _against_baseline(body, baseline, checks, config)
+    return _commit(config, out_dir, tflite_name, data, body, results, None, fw.files)
+
+
+def _against_baseline(body: rm.Report, baseline: Mapping[str, Any], checks: Sequence[verdict.Check],
+                      config: PipelineConfig) -> rm.Report:
+    """The report with what changed since the baseline report and the regression gates it fails; the
+    comparison is made with the verdict before those gates."""
+    changes = diff(baseline, body)
+    failed = regressions(changes, config.gates.regression)
+    final = verdict.Verdict((*checks, *verdict.regression_checks(failed, config.gates.regression.names)))
+    out = body.copy()  # a new report: the one given stays as it was
+    out["baseline"] = {"diff": changes, "regressions": failed}
+    out["gate"] = final.to_json()
+    return out
+
+
+def _commit(config: PipelineConfig, out_dir: Path, tflite_name: str, tflite: bytes, body: rm.Report,
+            results: tuple[TargetResult, ...], graph_io: tuple[list[str], list[str]] | None,
+            extra_files: Mapping[str, bytes]) -> BuildResult:
+    """The output folder: the model, the report (JSON and Markdown) and the resolved pipeline, whole."""
     files = {
-        **(extra_files or {}),
+        **extra_files,
         tflite_name: tflite,
         "report.json": report.dumps(body).encode(),
         "report.md": report.to_markdown(body).encode(),
@@ -701,7 +766,7 @@ def _commit(config: PipelineConfig, out_dir: Path, tflite_name: str, tflite: byt
 
 
 def _model_json(config: PipelineConfig, out_dir: Path, fmt: str, framework: str, inputs: Sequence[TensorSpec],
-                outputs: Sequence[TensorSpec], layers: int, notes: Sequence[str]) -> dict[str, Any]:
+                outputs: Sequence[TensorSpec], layers: int, notes: Sequence[str]) -> rm.ModelSection:
     return {
         "path": os.path.relpath(config.model.path, out_dir),
         "format": fmt,
@@ -714,7 +779,7 @@ def _model_json(config: PipelineConfig, out_dir: Path, fmt: str, framework: str,
     }
 
 
-def _data_json(data: SampleSet, out_dir: Path, listed: int = 20) -> dict[str, Any]:
+def _data_json(data: SampleSet, out_dir: Path, listed: int = 20) -> rm.Data:
     """Provenance of a sample set: where it came from, exactly which samples, their statistics."""
     files = [os.path.relpath(f, out_dir) for f in data.files]
     return {
@@ -727,18 +792,17 @@ def _data_json(data: SampleSet, out_dir: Path, listed: int = 20) -> dict[str, An
         "samples": data.count,
         "seed": data.seed,
         "samples_sha256": data.sha256,
-        "stats": {name: dict(s) for name, s in data.stats.items()},
+        "stats": dict(data.stats),
         "notes": list(data.notes),
     }
 
 
 def _quantization_json(config: PipelineConfig, out_dir: Path, calib: SampleSet | None,
-                       warnings: Sequence[DataWarning], targets: Sequence[Target]) -> dict[str, Any]:
+                       warnings: Sequence[DataWarning], targets: Sequence[Target]) -> rm.Quantization:
     q = config.quantization
-    cal = None
+    cal: rm.CalibrationData | None = None
     if calib is not None:
-        cal = _data_json(calib, out_dir)
-        cal["warnings"] = [w.to_json() for w in warnings]
+        cal = rm.CalibrationData(**_data_json(calib, out_dir), warnings=[w.to_json() for w in warnings])
     return {
         "mode": q.mode.value,
         "input_type": q.io("input").value,
@@ -754,10 +818,17 @@ def _quantization_json(config: PipelineConfig, out_dir: Path, calib: SampleSet |
     }
 
 
-def _report(config: PipelineConfig, out_dir: Path, source: dict[str, Any], model: TFLiteModel,
-            passes: list[dict[str, Any]], equivalence: dict[str, Any] | None,
-            quantization: dict[str, Any] | None, results: tuple[TargetResult, ...],
-            layers: Sequence[str] | None, evaluation: dict[str, Any] | None = None) -> dict[str, Any]:
+class _Head(TypedDict):
+    schema_version: Literal[1]
+    edgeconv_version: str
+    created: str
+    name: str
+    pipeline: str
+    toolchain: dict[str, str]
+
+
+def _head(config: PipelineConfig, out_dir: Path) -> _Head:
+    """What every report begins with: the schema, edgeconv and the toolchain, when, which pipeline."""
     return {
         "schema_version": report.REPORT_SCHEMA_VERSION,
         "edgeconv_version": __version__,
@@ -765,17 +836,12 @@ def _report(config: PipelineConfig, out_dir: Path, source: dict[str, Any], model
         "name": config.build_name,
         "pipeline": os.path.relpath(config.source, out_dir),
         "toolchain": installed_toolchain(),
-        "model": source,
-        "artifacts": {
-            "tflite": {"path": f"{config.build_name}.tflite", "sha256": model.sha256, "bytes": model.size},
-            "report_md": {"path": "report.md"},
-            "resolved_pipeline": {"path": "pipeline.resolved.yaml"},
-        },
-        "passes": passes,
-        "equivalence": equivalence,
-        "quantization": quantization,
-        "evaluation": evaluation,
-        "tflite": report.model_json(model),
-        "targets": report.targets_json(results, layers),
-        "gate": None,  # the verdict, computed once every check is in (_commit)
+    }
+
+
+def _artifacts(config: PipelineConfig, model: TFLiteModel) -> rm.Artifacts:
+    return {
+        "tflite": {"path": f"{config.build_name}.tflite", "sha256": model.sha256, "bytes": model.size},
+        "report_md": {"path": "report.md"},
+        "resolved_pipeline": {"path": "pipeline.resolved.yaml"},
     }

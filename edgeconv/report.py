@@ -17,6 +17,7 @@ from .config import GatesConfig
 from .converters.tflite_reader import TensorInfo, TFLiteModel
 from .ir import source_layers
 from .passes.base import PassResult
+from . import report_model as rm
 from .report_model import REPORT_SCHEMA_VERSION as REPORT_SCHEMA_VERSION
 from .targets.checker import OpResult, TargetResult, Verdict
 from .targets.target import Effect, OpStatus, Placement
@@ -24,9 +25,9 @@ from .targets.target import Effect, OpStatus, Placement
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "report.schema.json"
 
 
-def op_json(result: OpResult, layers: Sequence[str] | None) -> dict[str, Any]:
+def op_json(result: OpResult, layers: Sequence[str] | None) -> rm.OpVerdict:
     op = result.op
-    entry: dict[str, Any] = {
+    entry: rm.OpVerdict = {
         "index": op.index,
         "subgraph": op.subgraph,
         "type": op.type,
@@ -67,10 +68,10 @@ def op_layers(result: OpResult, layers: Sequence[str]) -> list[str]:
     return []
 
 
-def targets_json(results: Iterable[TargetResult], layers: Sequence[str] | None = None) -> list[dict[str, Any]]:
+def targets_json(results: Iterable[TargetResult], layers: Sequence[str] | None = None) -> list[rm.TargetVerdict]:
     out = []
     for r in results:
-        entry: dict[str, Any] = {
+        entry: rm.TargetVerdict = {
             "name": r.target.name,
             "title": r.target.title,
             "verdict": r.verdict.value,
@@ -79,24 +80,23 @@ def targets_json(results: Iterable[TargetResult], layers: Sequence[str] | None =
             "shares": r.shares(),
             "warnings": sum(len(o.warnings) for o in r.ops),
             "weight_bytes": sum(o.cost.weight_bytes for o in r.ops),
+            "ops": [op_json(o, layers) for o in r.ops],
         }
         if r.target.placement is Placement.SEGMENT:
-            entry["first_blocking_op"] = _blocking_json(r.first_blocking, layers)
+            entry["first_blocking_op"] = (_blocking_json(r.first_blocking, layers) if r.first_blocking is not None
+                                          else None)
             entry["blocking_ops"] = [_blocking_json(b, layers) for b in r.blocking]
         if r.error is not None:
             entry["error"] = r.error
         if r.estimates is not None:
             entry["estimates"] = dict(r.estimates)
-        entry["ops"] = [op_json(o, layers) for o in r.ops]
         out.append(entry)
     return out
 
 
-def _blocking_json(result: OpResult | None, layers: Sequence[str] | None) -> dict[str, Any] | None:
+def _blocking_json(result: OpResult, layers: Sequence[str] | None) -> rm.BlockingOp:
     """A root cause of a segment placement's CPU fallback: the op, its reasons, its layers."""
-    if result is None:
-        return None
-    entry = {"index": result.op.index, "type": result.op.type, "name": result.op.name,
+    entry: rm.BlockingOp = {"index": result.op.index, "type": result.op.type, "name": result.op.name,
              "rules": [v.rule for v in result.violations if v.effect is not Effect.WARNING],
              "reasons": [v.detail for v in result.violations if v.effect is not Effect.WARNING],
              "fixes": sorted({v.fix for v in result.violations if v.fix and v.effect is not Effect.WARNING})}
@@ -105,21 +105,21 @@ def _blocking_json(result: OpResult | None, layers: Sequence[str] | None) -> dic
     return entry
 
 
-def tensor_json(t: TensorInfo) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": t.name, "dtype": t.dtype.value, "shape": list(t.shape)}
+def tensor_json(t: TensorInfo) -> rm.Tensor:
+    out: rm.Tensor = {"name": t.name, "dtype": t.dtype.value, "shape": list(t.shape)}
     if t.quantization is not None and not t.quantization.per_axis:
         out["scale"] = t.quantization.scale[0]
         out["zero_point"] = t.quantization.zero_point[0] if t.quantization.zero_point else 0
     return out
 
 
-def model_json(model: TFLiteModel) -> dict[str, Any]:
+def model_json(model: TFLiteModel) -> rm.TfliteSection:
     sg = model.main
     sig = model.signatures[0] if model.signatures else None
     by_index_in = {v: k for k, v in sig.inputs.items()} if sig else {}
     by_index_out = {v: k for k, v in sig.outputs.items()} if sig else {}
 
-    def io(indices: Sequence[int], names: Mapping[int, str]) -> list[dict[str, Any]]:
+    def io(indices: Sequence[int], names: Mapping[int, str]) -> list[rm.Tensor]:
         items = []
         for i in indices:
             entry = tensor_json(sg.tensors[i])
@@ -139,7 +139,7 @@ def model_json(model: TFLiteModel) -> dict[str, Any]:
     }
 
 
-def pass_json(result: PassResult) -> dict[str, Any]:
+def pass_json(result: PassResult) -> rm.PassSection:
     return {
         "name": result.name,
         "removed": result.removed_counts(),

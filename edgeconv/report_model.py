@@ -15,7 +15,7 @@ import types
 import typing
 from typing import Annotated, Any, Literal, NotRequired, TypedDict, Union
 
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA_VERSION: Literal[1] = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +36,14 @@ class Pattern:
 @dataclasses.dataclass(frozen=True)
 class MinLength:
     value: int
+
+
+@dataclasses.dataclass(frozen=True)
+class OneOf:
+    """The values a ``str`` field takes: those of a Python enum at the producer (a unit test holds the
+    two equal), so producers write ``member.value`` without a cast."""
+
+    values: tuple[str, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,9 +151,11 @@ class Data(TypedDict):
 
 
 class DataFinding(TypedDict):
-    check: Literal["min_samples", "constant", "noise", "range_mismatch", "expected_range", "input_quantization"]
+    check: Annotated[str, OneOf(("min_samples", "constant", "noise", "range_mismatch", "expected_range",
+                                 "input_quantization"))]
     input: str | None
     message: str
+    severe: NotRequired[Annotated[bool, Doc("Known to ruin an INT8 model: fails the build by default")]]
 
 
 class CalibrationData(Data):
@@ -162,11 +172,11 @@ class TargetAllowance(TypedDict):
     why: str
 
 
-IOType = Literal["int8", "uint8", "int16", "float32"]
+IOType = Annotated[str, OneOf(("int8", "uint8", "int16", "float32"))]
 
 
 class Quantization(TypedDict):
-    mode: Literal["int8", "int16x8", "dynamic", "float16", "none"]
+    mode: Annotated[str, OneOf(("int8", "int16x8", "dynamic", "float16", "none"))]
     input_type: IOType
     output_type: IOType
     per_channel: NotRequired[bool]
@@ -190,23 +200,15 @@ class OutputParity(TypedDict):
     reference_max_abs: NotRequired[float]
 
 
-class Accuracy(TypedDict):
-    """Top-1 accuracy against the labels of each model compared (source, tflite_float, built), and the drop."""
-
-    output: str
-    source: float
-    drop: dict[str, float]
-    tflite_float: NotRequired[float]
-    built: NotRequired[float]
-
-
 class Parity(TypedDict):
     samples: Count
-    data: NotRequired[Annotated[Literal["evaluation", "calibration", "random"], Doc(
+    data: NotRequired[Annotated[str, OneOf(("evaluation", "calibration", "random")), Doc(
         "The samples it ran on: the evaluation data, or without any, the calibration samples.")]]
-    kinds: NotRequired[dict[str, Literal["classification", "regression"]]]
+    kinds: NotRequired[dict[str, Annotated[str, OneOf(("classification", "regression"))]]]
     outputs: Annotated[dict[str, dict[str, OutputParity]], Doc("Per model output, per pair compared.")]
-    accuracy: Accuracy | None
+    accuracy: Annotated[dict[str, Any] | None, Doc(
+        "Top-1 accuracy against the labels: the output scored, one share per model compared (source, tflite_float, "
+        "built, ...), and the drop of each from the source model's"), Keys(("output", "source", "drop"))]
 
 
 class Culprit(TypedDict):
@@ -225,7 +227,7 @@ class KeepFloatSuggestion(TypedDict):
     found: bool
     keep_float: list[str] | None
     layers: NotRequired[list[str] | None]
-    steps: list[dict[str, Any]]
+    steps: Annotated[list[dict[str, Any]], Doc("Each trial: what was kept in float, the gates it failed, its cost")]
 
 
 class Memory(TypedDict):
@@ -237,8 +239,7 @@ class Memory(TypedDict):
     method: NotRequired[str]
 
 
-class OnnxModel(TypedDict):
-    file: str
+class OnnxSummary(TypedDict):
     bytes: int
     sha256: Sha256
     ir_version: NotRequired[int]
@@ -248,18 +249,30 @@ class OnnxModel(TypedDict):
     ops: dict[str, int]
     custom_domains: list[str]
     unknown_ops: list[str]
-    from_tf: NotRequired[dict[str, dict[str, Any]]]
+
+
+class OnnxModel(OnnxSummary):
+    file: str
+
+
+class FloatOnnxModel(OnnxModel):
+    from_tf: Annotated[dict[str, dict[str, int]], Doc("Per TF op type, the ONNX ops tf2onnx made of it")]
+
+
+class OnnxInt8Parity(Parity):
+    bit_exact: Annotated[float | None, Doc("Share of the INT8 ONNX model's outputs equal to the .tflite's")]
 
 
 class OnnxParity(TypedDict):
-    float: dict[str, Any]
-    int8: NotRequired[Annotated[dict[str, Any], Keys(("bit_exact",))]]
+    float: Parity
+    int8: NotRequired[OnnxInt8Parity]
 
 
 class Onnx(TypedDict):
     opset: int
-    data: Literal["evaluation", "calibration"]
-    models: Annotated[dict[str, OnnxModel], Keys(("float",))]
+    data: Annotated[str, OneOf(("evaluation", "calibration"))]
+    models: Annotated[dict[str, OnnxModel], Keys(("float",)), Doc(
+        "float (a FloatOnnxModel: it also says which ONNX ops each TF op became) and, when written, int8")]
     parity: OnnxParity
 
 
@@ -300,7 +313,7 @@ class Violation(TypedDict):
     text: Annotated[str, MinLength(1)]
     detail: str
     fix: NotRequired[str]
-    effect: NotRequired[Literal["cpu_fallback", "unsupported", "uncertain", "warning"]]
+    effect: NotRequired[Annotated[str, OneOf(("cpu_fallback", "unsupported", "uncertain", "warning"))]]
     source: NotRequired[str]
 
 
@@ -312,7 +325,7 @@ class OpVerdict(TypedDict):
     name: str
     custom_code: NotRequired[str]
     source_layers: NotRequired[list[str]]
-    status: Annotated[Literal["supported", "uncertain", "cpu_fallback", "unsupported"], Doc(
+    status: Annotated[str, OneOf(("supported", "uncertain", "cpu_fallback", "unsupported")), Doc(
         "uncertain: past the largest size known to run on the accelerator; it may fall back")]
     blocked_by: NotRequired[Annotated[int, Doc("The blocking (or uncertain) op this op depends on"), Min(0)]]
     follows_blocking_op: NotRequired[Annotated[bool, Doc("On the CPU only because it depends on a blocking op")]]
@@ -337,7 +350,7 @@ class BlockingOp(TypedDict):
 class TargetVerdict(TypedDict):
     name: str
     title: NotRequired[str]
-    verdict: Annotated[Literal["pass", "fail", "error"], Doc(
+    verdict: Annotated[str, OneOf(("pass", "fail", "error")), Doc(
         "error: the target's own tool (Vela) failed on the model; see error")]
     error: NotRequired[str]
     first_blocking_op: NotRequired[BlockingOp | None]
@@ -355,9 +368,9 @@ class TargetVerdict(TypedDict):
 
 class Check(TypedDict):
     id: str
-    kind: Literal["target", "accelerator", "gate", "calibration", "agreement", "accuracy", "conversion", "runtime",
-                  "memory", "regression"]
-    outcome: Literal["pass", "fail", "error", "warn", "off"]
+    kind: Annotated[str, OneOf(("target", "accelerator", "gate", "calibration", "agreement", "accuracy", "conversion",
+                                "runtime", "memory", "regression"))]
+    outcome: Annotated[str, OneOf(("pass", "fail", "error", "warn", "off"))]
     sentence: str
     measured: NotRequired[Number]
     limit: NotRequired[Number]
@@ -365,7 +378,7 @@ class Check(TypedDict):
 
 
 class Gate(TypedDict):
-    verdict: Literal["pass", "fail"]
+    verdict: Annotated[str, OneOf(("pass", "fail"))]
     reasons: Annotated[list[str], Doc("The sentence of every failed check")]
     disabled: NotRequired[Annotated[list[str], Doc("Default gates the pipeline turned off or loosened, and where")]]
     checks: list[Check]
@@ -422,7 +435,7 @@ class Report(TypedDict):
         "The built model run on every calibration and evaluation sample before the verdict.")]]
     timings: NotRequired[Annotated[Timings | None, Doc(
         "Wall-clock seconds of each build stage (load, data, passes, convert, check, invoke, verify, "
-        "onnx/report) and in total; absent for a checked .tflite.")]]
+        "onnx/report) and in total; null for a checked .tflite.")]]
 
 
 # -- the JSON Schema ---------------------------------------------------------------------------------
@@ -470,6 +483,8 @@ def _schema(hint: Any, defs: dict[str, Any]) -> dict[str, Any]:
                 out["pattern"] = m.regex
             elif isinstance(m, MinLength):
                 out["minLength"] = m.value
+            elif isinstance(m, OneOf):
+                out = {k: v for k, v in out.items() if k != "type"} | {"enum": list(m.values)}
             elif isinstance(m, Keys):
                 out["required"] = list(m.required)
         return out

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from . import report_model as rm
 from .targets.checker import TargetResult, Verdict as TargetVerdict
 from .targets.target import OpStatus
 
@@ -58,7 +59,7 @@ class Check:
     limit: float | str | None = None
     target: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> rm.Check:
         return {"id": self.id, "kind": self.kind.value, "outcome": self.outcome.value, "sentence": self.sentence,
                 "measured": self.measured, "limit": self.limit, "target": self.target}
 
@@ -84,7 +85,7 @@ class Verdict:
     def exit_code(self) -> int:
         return 0 if self.passed else 1
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> rm.Gate:
         return {"verdict": "pass" if self.passed else "fail",
                 "reasons": [c.sentence for c in self.failed],
                 "disabled": [c.sentence for c in self.checks if c.outcome is Outcome.OFF],

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .. import report_model as rm
 from ..converters.tflite_reader import TFLiteModel
 from .samples import SampleSet
 
@@ -38,7 +39,7 @@ class DataWarning:
     message: str
     severe: bool = False  # known to ruin an INT8 model: fails the build by default
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> rm.DataFinding:
         return {"check": self.check, "input": self.input, "message": self.message, "severe": self.severe}
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import report_model as rm
 from ..errors import DataError, did_you_mean
 from ..ir import TensorSpec
 from .sources import UNNAMED, Field, Reader
@@ -72,10 +73,10 @@ class Stats:
                 self.corr_sum += float(((a - a.mean()) * (b - b.mean())).mean() / (sa * sb))
                 self.corr_n += 1
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> rm.InputStats:
         size = self.n * int(np.prod(self.shape, dtype=np.int64))
         mean = self.sum / size
-        out: dict[str, Any] = {"min": self.min, "max": self.max, "mean": mean,
+        out: rm.InputStats = {"min": self.min, "max": self.max, "mean": mean,
                                "std": float(np.sqrt(max(self.sumsq / size - mean * mean, 0.0))),
                                "constant": not self.varies and float(self.min) == float(self.max)}
         if self.channels:
@@ -103,7 +104,7 @@ class SampleSet:
     inputs: tuple[TensorSpec, ...]
     folder: Path
     sha256: str
-    stats: Mapping[str, Mapping[str, Any]]
+    stats: Mapping[str, rm.InputStats]
     notes: tuple[str, ...] = ()
     labels: str | None = None  # the name of the labels array, when the data has labels
 

@@ -10,13 +10,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .. import report_model as rm
 from ..errors import EdgeconvError, ModelFileError, rel
 
 STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
 ONNX_HINT = "pip install 'edgeconv[onnx]'"
 
 
-def read_onnx(path: str | Path) -> dict[str, Any]:
+def read_onnx(path: str | Path) -> rm.OnnxSummary:
     """The summary of an .onnx file; a file that is not an ONNX model is a clear error."""
     try:
         import onnx
@@ -62,14 +63,14 @@ def graphs(graph: Any) -> Iterator[Any]:
                 yield from graphs(sub)
 
 
-def summary(proto: Any) -> dict[str, Any]:
+def summary(proto: Any) -> rm.OnnxSummary:
     """Op types and counts, opsets, inputs and outputs, custom domains and ops ONNX does not define."""
     data = proto.SerializeToString()
     weights = {i.name for i in proto.graph.initializer}  # older IR versions list them as inputs too
     ops = Counter(n.op_type if n.domain in STANDARD_DOMAINS else f"{n.domain}.{n.op_type}"
                   for g in graphs(proto.graph) for n in g.node)
     custom = sorted({n.domain for g in graphs(proto.graph) for n in g.node if n.domain not in STANDARD_DOMAINS})
-    out: dict[str, Any] = {
+    out: rm.OnnxSummary = {
         "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(), "ir_version": proto.ir_version,
         "opsets": {(o.domain or "ai.onnx"): o.version for o in proto.opset_import},
         "inputs": [_value(v) for v in proto.graph.input if v.name not in weights],

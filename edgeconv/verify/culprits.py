@@ -17,11 +17,12 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .. import report_model as rm
 from ..ir import source_layers
 
 
 def rank(layers: Sequence[Mapping[str, Any]], layer_names: Sequence[str],
-         outputs: Sequence[str] = ()) -> list[dict[str, Any]]:
+         outputs: Sequence[str] = ()) -> list[rm.Culprit]:
     """Quantized ops, worst first, with the source layers they come from."""
     final = set(outputs)
     ranked = sorted(layers, key=lambda r: (-round(0.0 if r["tensor"] in final else r["erased"], 3),
@@ -52,7 +53,7 @@ def keep_float_pattern(tensor: str) -> str:
 
 
 def suggest(culprits: Sequence[Mapping[str, Any]], steps: int,
-            trial: Callable[[list[str]], tuple[list[str], dict[str, Any]]]) -> dict[str, Any]:
+            trial: Callable[[list[str]], tuple[list[str], dict[str, Any]]]) -> rm.KeepFloatSuggestion:
     """Keep the worst ops in float, one more at a time, until ``trial`` reports no failed gate;
     then drop every op the passing set does not need (one trial each), so the set is minimal.
 

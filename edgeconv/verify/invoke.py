@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import report_model as rm
 from ..ir import source_layers
 from .runner import TFLiteRunner
 
@@ -26,7 +27,7 @@ FIXES = {
 
 
 def invoke_all(tflite: bytes, data: Iterable[tuple[str, Iterable[Mapping[str, np.ndarray]]]],
-               layers: Sequence[str]) -> dict[str, Any]:
+               layers: Sequence[str]) -> rm.Invoke:
     """Every batch of every sample set through the built model; what failed and where."""
     runner = TFLiteRunner(tflite)
     total = failed = 0
@@ -44,7 +45,7 @@ def invoke_all(tflite: bytes, data: Iterable[tuple[str, Iterable[Mapping[str, np
                 first = first or str(exc)
         per_set[role] = {"samples": done, "failed": bad}
         total, failed = total + done, failed + bad
-    out: dict[str, Any] = {"samples": total, "failed": failed, "per_set": per_set, "error": None, "op": None}
+    out: rm.Invoke = {"samples": total, "failed": failed, "per_set": per_set, "error": None, "op": None}
     if first is not None:
         out["error"] = " ".join(first.split())[:300].rstrip(".").replace("true.Node", "true. Node")
         found = _NODE.search(first)

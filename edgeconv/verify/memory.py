@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import report_model as rm
 from ..converters.tflite_reader import TFLiteModel
 
 ALIGN = 16
@@ -79,7 +80,7 @@ def _tensor_bytes(t: Any) -> int:
     return count * width
 
 
-def estimate(model: TFLiteModel) -> dict[str, Any]:
+def estimate(model: TFLiteModel) -> rm.Memory:
     """Flash and arena bytes, with how the arena estimate is made up."""
     sg = model.main
     activations = plan_activations(model)

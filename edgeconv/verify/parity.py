@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import report_model as rm
 from ..verdict import Check, Kind, simple
 
 Run = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
@@ -58,7 +59,7 @@ class _Accumulator:
         if want.shape[1] > 1:
             self.agree += int(np.sum(want.argmax(1) == got.argmax(1)))
 
-    def result(self, classifier: bool) -> dict[str, float | None]:
+    def result(self, classifier: bool) -> rm.OutputParity:
         # No noise at all: SQNR is unbounded, written as null (JSON has no infinity).
         sqnr = 10 * math.log10(self.signal / self.noise) if self.noise > 0 and self.signal > 0 else None
         return {"max_abs_error": self.max_abs, "mean_abs_error": self.sum_abs / max(self.n, 1),
@@ -74,7 +75,7 @@ def is_classifier(shape: tuple[int, ...]) -> bool:
 
 def measure(reference: Run, candidates: Mapping[str, Run], batches: Iterable[dict[str, np.ndarray]],
             output_shapes: Mapping[str, tuple[int, ...]], labels: np.ndarray | None,
-            kinds: Mapping[str, str] | None = None) -> dict[str, Any]:
+            kinds: Mapping[str, str] | None = None) -> rm.Parity:
     """Compare every candidate with the reference, output by output, on the same batches. ``kinds`` says
     which outputs are classification (top-1 agreement, accuracy) and which regression; an output not
     named is classification when it holds class probabilities, or is the one the labels score."""
@@ -107,7 +108,7 @@ def measure(reference: Run, candidates: Mapping[str, Run], batches: Iterable[dic
         return "classification" if looks or (labels is not None and o == scored) else "regression"
 
     found = {o: kind(o, s) for o, s in output_shapes.items()}
-    out: dict[str, Any] = {
+    out: rm.Parity = {
         "samples": seen,
         "kinds": found,
         "outputs": {o: {c: acc[c][o].result(found[o] == "classification") for c in candidates}
