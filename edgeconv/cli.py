@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -500,8 +500,10 @@ def _ci_outputs(outcomes: list[Any], args: argparse.Namespace) -> None:
              "error": o.error} for o in outcomes], indent=2) + "\n")
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
+        from .ci import checks_markdown
+
         with open(step_summary, "a") as handle:
-            handle.write(text + "\n")
+            handle.write(text + "\n" + checks_markdown(outcomes) + "\n")
     if os.environ.get("GITHUB_ACTIONS") == "true":
         for line in workflow_commands(outcomes):
             print(line)
@@ -586,11 +588,10 @@ def _check_onnx(args: argparse.Namespace) -> int:
                  for d in data["custom_domains"]]
                 + [f"op {op} is not defined by ONNX (a converter left it; no runtime knows it)"
                    for op in data["unknown_ops"]])
-    data["warnings"] = warnings
     if args.format == "json":
-        print(json.dumps(data, indent=2))
+        print(json.dumps({**data, "warnings": warnings}, indent=2))
     elif args.format == "md":
-        print("\n".join([f"# edgeconv check: {rel(args.model)}", "", *onnx_model_markdown(data)]))
+        print("\n".join([f"# edgeconv check: {rel(args.model)}", "", *onnx_model_markdown({**data, "warnings": warnings})]))
     else:
         opsets = ", ".join(f"{k} {v}" for k, v in data["opsets"].items())
         print(f"{rel(args.model)}: ONNX, opset {opsets}, {sum(data['ops'].values())} ops")
@@ -601,7 +602,7 @@ def _check_onnx(args: argparse.Namespace) -> int:
     return EXIT_GATE if warnings and args.fail_on_warnings else EXIT_OK
 
 
-def _print_target(t: dict[str, object]) -> None:
+def _print_target(t: Mapping[str, object]) -> None:
     c, shares = t["counts"], t["shares"]
     assert isinstance(c, dict) and isinstance(shares, dict)
     if t.get("error"):

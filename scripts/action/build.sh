@@ -4,16 +4,39 @@
 set -uo pipefail
 : "${GITHUB_OUTPUT:?set by GitHub Actions}"
 EDGECONV="${EDGECONV:-edgeconv}"
+PYTHON="${PYTHON:-python}"
 out_dir="${RUNNER_TEMP:-${TMPDIR:-/tmp}}/edgeconv"
 mkdir -p "$out_dir"
-read -r -a pipelines <<< "${INPUT_PIPELINES:-pipeline.yaml}"
+
+# An input split as a shell would (quotes keep spaces), one word per line; a bad quote is the user's error.
+words() {
+  "$PYTHON" - "$1" "$2" <<'PY'
+import shlex
+import sys
+
+name, text = sys.argv[1:]
+try:
+    print("\n".join(shlex.split(text)))
+except ValueError as exc:
+    sys.exit(f"edgeconv action: error: inputs.{name}: {exc}: {text}")
+PY
+}
+
+fail_input() {
+  { echo "verdict=error"; echo "exit-code=2"; } >> "$GITHUB_OUTPUT"
+  exit 2
+}
+
+listed="$(words pipelines "${INPUT_PIPELINES:-pipeline.yaml}")" || fail_input
+mapfile -t pipelines <<< "$listed"
 args=(build "${pipelines[@]}" --jobs "${INPUT_JOBS:-1}" --junit "$out_dir/junit.xml"
       --summary "$out_dir/summary.md" --results-json "$out_dir/results.json")
 if [[ -n "${INPUT_BASELINE:-}" ]]; then
   args+=(--baseline "$INPUT_BASELINE")
 fi
 if [[ -n "${INPUT_ARGS:-}" ]]; then
-  read -r -a extra <<< "$INPUT_ARGS"
+  listed="$(words args "$INPUT_ARGS")" || fail_input
+  mapfile -t extra <<< "$listed"
   args+=("${extra[@]}")
 fi
 $EDGECONV "${args[@]}"
@@ -26,7 +49,7 @@ case "$code" in
 esac
 reports=""
 if [[ -f "$out_dir/results.json" ]]; then
-  reports="$(python -c 'import json,sys; print("\n".join(r["report"] for r in json.load(open(sys.argv[1])) if r["report"]))' "$out_dir/results.json")"
+  reports="$("$PYTHON" -c 'import json,sys; print("\n".join(r["report"] for r in json.load(open(sys.argv[1])) if r["report"]))' "$out_dir/results.json")"
 fi
 {
   echo "verdict=$verdict"

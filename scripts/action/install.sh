@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # The Action's install step: edgeconv with its extras from the Action's own checkout, and TensorFlow
-# pinned when the workflow asks (tensorflow-cpu on x86-64 Linux, as edgeconv[tf] does).
+# pinned when the workflow asks (tensorflow-cpu on x86-64 Linux, as edgeconv[tf] does), in one pip
+# run: one resolution, one TensorFlow download.
 set -euo pipefail
 : "${EDGECONV_SOURCE:?the checkout of the Action}"
 PYTHON="${PYTHON:-python}"
 extras="${INPUT_EXTRAS:-tf}"
 extras="${extras// /}"
-"$PYTHON" -m pip install --upgrade pip
-"$PYTHON" -m pip install "${EDGECONV_SOURCE}[${extras}]"
+packages=("${EDGECONV_SOURCE}[${extras}]")
 if [[ -n "${INPUT_TENSORFLOW_VERSION:-}" ]]; then
   if [[ "$(uname -s)" == "Linux" && "$(uname -m)" == "x86_64" ]]; then
-    "$PYTHON" -m pip install "tensorflow-cpu${INPUT_TENSORFLOW_VERSION}"
+    packages+=("tensorflow-cpu${INPUT_TENSORFLOW_VERSION}")
   else
-    "$PYTHON" -m pip install "tensorflow${INPUT_TENSORFLOW_VERSION}"
+    packages+=("tensorflow${INPUT_TENSORFLOW_VERSION}")
   fi
 fi
+"$PYTHON" -m pip install --upgrade pip
+"$PYTHON" -m pip install "${packages[@]}"
 "$PYTHON" -m edgeconv --version

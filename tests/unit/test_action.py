@@ -76,8 +76,9 @@ def fake_python(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(("extras", "tf", "expected"), [
     ("tf", "", ["-m pip install --upgrade pip", "-m pip install /src/edgeconv[tf]", "-m edgeconv --version"]),
-    ("tf, onnx", "==2.21.*", ["-m pip install --upgrade pip", "-m pip install /src/edgeconv[tf,onnx]",
-                              "-m pip install tensorflow-cpu==2.21.*", "-m edgeconv --version"]),
+    # One pip run with the pin: one resolution, one TensorFlow download (not edgeconv[tf]'s, then the pin's).
+    ("tf, onnx", "==2.21.*", ["-m pip install --upgrade pip",
+                              "-m pip install /src/edgeconv[tf,onnx] tensorflow-cpu==2.21.*", "-m edgeconv --version"]),
 ])
 def test_install_step(tmp_path: Path, extras: str, tf: str, expected: list[str]) -> None:
     if os.uname().sysname != "Linux" or os.uname().machine != "x86_64":
@@ -91,8 +92,12 @@ def test_install_step(tmp_path: Path, extras: str, tf: str, expected: list[str])
 def test_pre_commit_hook_validates_every_changed_pipeline(tmp_path: Path) -> None:
     (hook,) = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
     files = re.compile(hook["files"])
-    assert [bool(files.search(p)) for p in ("pipeline.yaml", "models/kws/pipeline-int8.yml", "kws.pipeline.yaml",
-                                            "config.yaml", "pipeline.py")] == [True, True, True, False, False]
+    assert [bool(files.search(p)) for p in (
+        "pipeline.yaml", "models/kws/pipeline-int8.yml", "kws.pipeline.yaml", "pipelines/keyword-spotting.yaml",
+        "ml/pipelines/person-detection.yml", "config.yaml", "pipeline.py", "pipelines/README.md",
+        "pipelines/old/kws.yaml")] == [True, True, True, True, True, False, False, False, False]
+    # Every pipeline the example workflow builds is one the hook checks.
+    assert all(files.search(p) for p in WORKFLOW["jobs"]["build"]["strategy"]["matrix"]["pipeline"])
     bad = tmp_path / "pipeline-bad.yaml"
     bad.write_text("version: 1\nmodel: {path: m.keras}\n")
     entry = hook["entry"].split()
@@ -102,3 +107,69 @@ def test_pre_commit_hook_validates_every_changed_pipeline(tmp_path: Path) -> Non
     assert done.returncode == 2
     assert done.stdout.startswith(f"{REPO / 'pipeline.yaml'}: valid") or "pipeline.yaml: valid" in done.stdout
     assert "pipeline-bad.yaml:2: model.path: file not found" in done.stderr
+
+
+@pytest.mark.parametrize(("schema", "path"), [
+    ("vendor.github-actions", "action.yml"),
+    ("vendor.github-workflows", "examples/github-workflow.yml"),
+])
+def test_action_and_workflow_follow_githubs_published_schemas(schema: str, path: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", schema, str(REPO / path)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_no_action_step_hashes_files_outside_the_workspace() -> None:
+    """Used from another repository, the action's own files are outside the workspace, where
+    setup-python's cache-dependency-path and hashFiles() see nothing (actions/setup-python#361)."""
+    for step in ACTION["runs"]["steps"]:
+        given = step.get("with", {})
+        assert "cache-dependency-path" not in given, step
+        assert given.get("cache") in (None, ""), step
+        assert not any("hashFiles" in v and "action_path" in v for v in strings(step)), step
+
+
+def test_the_workflow_publishes_the_junit() -> None:
+    steps = WORKFLOW["jobs"]["build"]["steps"]
+    report = next(s for s in steps if "junit" in s.get("uses", "") or "test-report" in s.get("uses", ""))
+    assert "steps.edgeconv.outputs.junit" in report["with"]["report_paths"]
+    assert WORKFLOW["permissions"]["checks"] == "write"
+
+
+def run_build_step(tmp_path: Path, pipelines: str, args: str) -> tuple[subprocess.CompletedProcess[str], list[str],
+                                                                       dict[str, str]]:
+    """build.sh with edgeconv replaced by a script that records its arguments, one per line."""
+    record = tmp_path / "argv.txt"
+    fake = tmp_path / "fake-edgeconv"
+    fake.write_text(f"#!/usr/bin/env bash\nprintf '%s\\n' \"$@\" > {record}\n")
+    fake.chmod(0o755)
+    output = tmp_path / "github_output"
+    env = {**os.environ, "EDGECONV": str(fake), "PYTHON": sys.executable, "GITHUB_OUTPUT": str(output),
+           "RUNNER_TEMP": str(tmp_path), "INPUT_PIPELINES": pipelines, "INPUT_ARGS": args, "INPUT_JOBS": "2"}
+    done = subprocess.run(["bash", str(REPO / "scripts" / "action" / "build.sh")], env=env, capture_output=True,
+                          text=True)
+    argv = record.read_text().splitlines() if record.exists() else []
+    outputs = dict(line.split("=", 1) for line in output.read_text().splitlines() if "=" in line)
+    return done, argv, outputs
+
+
+def test_build_step_splits_inputs_as_a_shell_would(tmp_path: Path) -> None:
+    done, argv, outputs = run_build_step(tmp_path, "a.yaml 'my models/b.yaml'", "--out 'build/my model' -q")
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "edgeconv"
+    assert argv == ["build", "a.yaml", "my models/b.yaml", "--jobs", "2", "--junit", f"{out}/junit.xml",
+                    "--summary", f"{out}/summary.md", "--results-json", f"{out}/results.json",
+                    "--out", "build/my model", "-q"]
+    assert outputs["verdict"] == "pass"
+
+
+@pytest.mark.parametrize(("pipelines", "args", "message"), [
+    ("a.yaml", "--out 'build/x", "edgeconv action: error: inputs.args: No closing quotation: --out 'build/x"),
+    ('"a.yaml', "", "edgeconv action: error: inputs.pipelines: No closing quotation: \"a.yaml"),
+])
+def test_build_step_refuses_an_unbalanced_quote(tmp_path: Path, pipelines: str, args: str, message: str) -> None:
+    done, argv, outputs = run_build_step(tmp_path, pipelines, args)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == message
+    assert argv == []  # edgeconv never ran
+    assert (outputs["verdict"], outputs["exit-code"]) == ("error", "2")
