@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import platform
+import shutil
 import sys
 import threading
 import time
@@ -93,8 +94,9 @@ def _parser() -> argparse.ArgumentParser:
     t = sub.add_parser("targets", help="list the built-in targets or show one target's rules")
     tsub = t.add_subparsers(dest="action", required=True)
     tsub.add_parser("list", help="list built-in targets")
-    show = tsub.add_parser("show", help="print a target's rules as text")
+    show = tsub.add_parser("show", help="print a target's rules as text, each rule once with the ops it applies to")
     show.add_argument("name")
+    show.add_argument("--op", metavar="NAME", help="only the rules of this op (e.g. CONV_2D), with their full ids")
 
     p = sub.add_parser("passes", help="list the graph passes")
     p.add_subparsers(dest="action", required=True).add_parser("list", help="list passes")
@@ -635,7 +637,8 @@ def _targets(args: argparse.Namespace) -> int:
         return EXIT_OK
     from .targets.describe import describe
 
-    print(describe(load_target(args.name)))
+    width = max(60, min(shutil.get_terminal_size((100, 24)).columns, 120))
+    print(describe(load_target(args.name), width=width, op=args.op))
     return EXIT_OK
 
 

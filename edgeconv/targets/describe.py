@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from .target import Rule, Target
+import textwrap
 
-
-def _rule_line(target: Target, op: str, rule: Rule) -> str:
-    extra = f" [{rule.source}]" if rule.source else ""
-    effect = "" if rule.effect.value == "unsupported" else f" (if broken: {rule.effect.value})"
-    line = f"  - {target.name}.{op}.{rule.id}: {rule.text}{effect}{extra}"
-    return line + (f"\n      fix: {rule.fix}" if rule.fix else "")
+from ..errors import EdgeconvError, did_you_mean
+from .target import Effect, Rule, Target
 
 
 def _compiler_lines(target: Target) -> list[str]:
@@ -29,34 +25,116 @@ def quantization_line(target: Target) -> str:
     return f"Quantization modes: {', '.join(q.modes)}; {floats}.{why}" + (f" [{q.source}]" if q.source else "")
 
 
-def describe(target: Target) -> str:
+def _wrap(text: str, width: int, indent: str, first: str | None = None) -> list[str]:
+    return textwrap.wrap(text, width, initial_indent=first if first is not None else indent,
+                         subsequent_indent=indent, break_on_hyphens=False, break_long_words=False) or [first or indent]
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if not text or text[-1] in ".!?)" else text + "."
+
+
+def _rule_block(rule_name: str, rule: Rule, width: int,
+                groups: list[tuple[tuple[str, str], list[str]]] | None = None) -> list[str]:
+    """A rule once: its id, what breaking it means and its source; then its text (per group of ops
+    when the text or the source differs by op) and its fix."""
+    effect = "" if rule.effect is Effect.UNSUPPORTED else f" (if broken: {rule.effect.value})"
+    sources = {source for (_, source), _ in groups} if groups is not None else {rule.source}
+    one_source = len(sources) == 1
+    lines = [f"  {rule_name}{effect}" + (f" [{rule.source}]" if rule.source and one_source else "")]
+    if groups is None:
+        lines += _wrap(rule.text, width, "      ")
+    else:
+        for (text, source), ops in groups:
+            lines += _wrap(", ".join(ops) + (f" [{source}]" if not one_source else "") + ":", width, "      ")
+            lines += _wrap(text, width, "        ")
+    if rule.fix:
+        lines += _wrap(_sentence(rule.fix), width, "      ", "      Fix: ")
+    return lines
+
+
+def describe(target: Target, *, width: int = 100, op: str | None = None) -> str:
+    """The target's rules, each once with the ops it applies to (``op``: only the rules of that op)."""
+    if op is not None:
+        return _describe_op(target, op, width)
     lines = [f"{target.name}: {target.title}", ""]
     if target.description:
-        lines += [target.description, ""]
-    lines += [quantization_line(target), ""]
+        lines += [*_wrap(target.description, width, ""), ""]
+    lines += [*_wrap(quantization_line(target), width, ""), ""]
     if target.compiler is not None:
-        lines += [*_compiler_lines(target), "", "Sources:"]
-        return "\n".join(lines + [f"  {key}: {text}" for key, text in target.sources.items()])
+        lines += [*(line for text in _compiler_lines(target) for line in _wrap(text, width, "")), "", "Sources:"]
+        return "\n".join(lines + [line for key, text in target.sources.items()
+                                  for line in _wrap(f"{key}: {text}", width, "    ", "  ")])
     lines.append("Rules for every op:")
-    lines += [_rule_line(target, "<OP>", r) for r in target.all_ops]
-    lines += ["", f"Supported ops ({len(target.ops)}), with their own rules:"]
-    for name, entry in sorted(target.ops.items()):
-        note = f" ({entry.note})" if entry.note else ""
-        lines.append(f"{name} [{entry.source}]{note}")
-        lines += [_rule_line(target, name.split(':')[0], r) for r in entry.rules]
+    for rule in target.all_ops:
+        lines += _rule_block(f"{target.name}.<OP>.{rule.id}", rule, width)
+    ops = sorted(target.ops)
+    lines += ["", *_wrap(f"Supported ops ({len(ops)}): {', '.join(ops)}.", width, "  ", "")]
+    # Each op rule once: grouped by id, effect and fix; its text (and source) per group of ops sharing it.
+    grouped: dict[tuple[str, str, str], dict[tuple[str, str], list[str]]] = {}
+    first: dict[tuple[str, str, str], Rule] = {}
+    for name in ops:
+        for rule in target.ops[name].rules:
+            key = (rule.id, rule.effect.value, rule.fix)
+            first.setdefault(key, rule)
+            grouped.setdefault(key, {}).setdefault((rule.text, rule.source), []).append(name)
+    if grouped:
+        lines += ["", "Rules of the supported ops, each with the ops it applies to:"]
+        for key, texts in grouped.items():
+            lines += _rule_block(f"{target.name}.<OP>.{key[0]}", first[key], width, list(texts.items()))
+    notes = [(name, entry.note) for name, entry in sorted(target.ops.items()) if entry.note]
+    if notes:
+        lines += ["", "Notes on supported ops:"]
+        lines += [line for name, note in notes for line in _wrap(f"{name}: {note}", width, "    ", "  ")]
     if target.segment_rule is not None:
-        lines += ["", f"Placement: {target.name}.<OP>.single_segment: {target.segment_rule.text} "
-                  f"[{target.segment_rule.source}]"]
-    lines += ["", f"Any other op: {target.unlisted.effect.value} ({target.name}.<OP>.op_listed: "
-              f"{target.unlisted.text})"]
-    if target.unlisted.fix:
-        lines.append(f"  fix: {target.unlisted.fix}")
+        lines += ["", "Placement:"]
+        lines += _rule_block(f"{target.name}.<OP>.single_segment", target.segment_rule, width)
+    lines += ["", f"Any other op: {target.unlisted.effect.value}"]
+    lines += _rule_block(f"{target.name}.<OP>.op_listed", target.unlisted, width)
     if target.notes:
         lines += ["", "Known unsupported ops:"]
-        lines += [f"  {name}: {n.detail}" + (f" Fix: {n.fix}" if n.fix else "")
-                  for name, n in sorted(target.notes.items())]
+        for name, n in sorted(target.notes.items()):
+            lines += _wrap(_sentence(n.detail) + (f" Fix: {_sentence(n.fix)}" if n.fix else ""), width, "    ",
+                           f"  {name}: ")
     lines += ["", "Sources:"]
-    lines += [f"  {key}: {text}" for key, text in target.sources.items()]
+    lines += [line for key, text in target.sources.items() for line in _wrap(f"{key}: {text}", width, "    ", "  ")]
+    return "\n".join(lines)
+
+
+def _op_name(target: Target, op: str) -> str:
+    """The op as the target's rules name it: a TFLite builtin (any case) or ``CUSTOM:<code>``."""
+    from ..converters.tflite_reader import BUILTIN_OP_NAMES
+
+    if op.upper().startswith("CUSTOM:"):
+        return "CUSTOM:" + op.split(":", 1)[1]
+    known = sorted({*BUILTIN_OP_NAMES, *target.ops})
+    if op.upper() in known:
+        return op.upper()
+    raise EdgeconvError(f"unknown op {op!r}: not a TFLite builtin op nor CUSTOM:<code>{did_you_mean(op.upper(), known)}")
+
+
+def _describe_op(target: Target, op: str, width: int) -> str:
+    """One op's rules on the target, with their full ids (those its reports name)."""
+    name = _op_name(target, op)
+    lines = [f"{target.name}: {name}", ""]
+    entry = target.ops.get(name)
+    if target.compiler is not None:
+        lines += _wrap(f"Checked by {target.compiler.tool} on the model, not by rules per op.", width, "")
+        return "\n".join(lines)
+    for rule in target.all_ops:
+        lines += _rule_block(f"{target.name}.{name}.{rule.id}", rule, width)
+    if entry is None:
+        lines += [f"  not a supported op: {target.unlisted.effect.value}"]
+        lines += _rule_block(f"{target.name}.{name}.op_listed", target.unlisted, width)
+        note = target.notes.get(name)
+        if note is not None:
+            lines += _wrap(_sentence(note.detail) + (f" Fix: {_sentence(note.fix)}" if note.fix else ""), width,
+                           "      ", "      Known: ")
+        return "\n".join(lines)
+    lines += _wrap(f"Supported [{entry.source}]" + (f": {entry.note}" if entry.note else "."), width, "    ", "  ")
+    for rule in entry.rules:
+        lines += _rule_block(f"{target.name}.{name}.{rule.id}", rule, width)
     return "\n".join(lines)
 
 

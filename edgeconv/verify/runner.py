@@ -7,12 +7,45 @@ TensorFlow: only ``ai-edge-litert``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import logging
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from ..converters.tflite_reader import TFLiteModel, parse_tflite
+
+
+log = logging.getLogger("edgeconv")
+_CHATTER = re.compile(r"^INFO: (Created TensorFlow Lite XNNPACK delegate for CPU|Replacing \d+ node\(s\) with delegate)")
+
+
+@contextlib.contextmanager
+def native_chatter_to_log() -> Iterator[None]:
+    """LiteRT's C++ logger prints "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." to the
+    process's stderr when an interpreter is set up, whatever the log level (no switch reaches it from
+    Python). Around that set-up, file descriptor 2 goes to a temporary file: the known INFO lines go to
+    edgeconv's log at debug level, anything else (a real warning) back to stderr."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            for line in caught.read().decode(errors="replace").splitlines():
+                if _CHATTER.match(line):
+                    log.debug("litert: %s", line)
+                elif line.strip():
+                    print(line, file=sys.stderr)
 
 
 def quantize(x: np.ndarray, dtype: np.dtype[Any], scale: float, zero_point: int) -> np.ndarray:
@@ -29,9 +62,10 @@ class TFLiteRunner:
 
         self.model: TFLiteModel = parse_tflite(data, "model.tflite")
         resolver = OpResolverType.BUILTIN_REF if reference else OpResolverType.AUTO
-        self.interpreter = Interpreter(model_content=data, experimental_op_resolver_type=resolver,
-                                       experimental_preserve_all_tensors=keep_tensors)
-        self.interpreter.allocate_tensors()
+        with native_chatter_to_log():
+            self.interpreter = Interpreter(model_content=data, experimental_op_resolver_type=resolver,
+                                           experimental_preserve_all_tensors=keep_tensors)
+            self.interpreter.allocate_tensors()
         sg = self.model.main
         sig = self.model.signatures[0] if self.model.signatures else None
         self.inputs = dict(sig.inputs) if sig else {sg.tensors[i].name: i for i in sg.inputs}

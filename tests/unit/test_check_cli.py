@@ -107,8 +107,10 @@ def test_check_against_a_users_target_file(tmp_path: Path) -> None:
     (target,) = json.loads(result.stdout)
     assert target["name"] == "my-npu" and target["counts"]["cpu_fallback"] == 1
     assert [v["rule"] for v in target["ops"][0]["violations"]] == ["my-npu.CONV_2D.fused_activation"]
-    shown = run_edgeconv("targets", "show", "npu.yaml", cwd=tmp_path)
-    assert "my-npu.CONV_2D.fused_activation: The fused activation function is one of: NONE." in shown.stdout
+    shown = run_edgeconv("targets", "show", "npu.yaml", "--op", "CONV_2D", cwd=tmp_path)
+    lines = shown.stdout.splitlines()
+    at = lines.index("  my-npu.CONV_2D.fused_activation (if broken: cpu_fallback) [DOC]")
+    assert lines[at + 1] == "      The fused activation function is one of: NONE."
     missing = run_edgeconv("check", model, "--target", "nope.yaml", cwd=tmp_path)
     assert missing.returncode == 2 and missing.stderr.strip() == "edgeconv: error: nope.yaml: file not found"
 

@@ -339,14 +339,39 @@ def test_a_user_target_file_works(tmp_path: Path) -> None:
 def test_targets_cli(tmp_path: Path) -> None:
     listed = run_edgeconv("targets", "list")
     assert listed.returncode == 0 and "generic-int8: Generic full-integer INT8" in listed.stdout
-    shown = run_edgeconv("targets", "show", "generic-int8")
+    shown = run_edgeconv("targets", "show", "generic-int8", "--op", "softmax")
     assert shown.returncode == 0
-    assert "generic-int8.SOFTMAX.output_quantization: The int8 output has the fixed quantization scale " \
-           "0.00390625 and zero point -128." in shown.stdout
+    assert shown.stdout.splitlines()[0] == "generic-int8: SOFTMAX"
+    at = shown.stdout.splitlines().index("  generic-int8.SOFTMAX.output_quantization [QS]")
+    assert " ".join(" ".join(shown.stdout.splitlines()[at + 1:at + 3]).split()).startswith(
+        "The int8 output has the fixed quantization scale 0.00390625 and zero point -128.")
+    typo = run_edgeconv("targets", "show", "generic-int8", "--op", "SOFTMX")
+    assert typo.returncode == 2
+    assert typo.stderr.strip() == ("edgeconv: error: unknown op 'SOFTMX': not a TFLite builtin op nor CUSTOM:<code>; "
+                                   "did you mean 'SOFTMAX'?")
     bad = run_edgeconv("targets", "show", "generic-int9")
     assert bad.returncode == 2
     assert bad.stderr.strip() == (f"edgeconv: error: unknown target 'generic-int9' (allowed: {TARGET_CHOICES}); "
                                   "did you mean 'generic-int8'?")
+
+
+@pytest.mark.parametrize("name", ["generic-int8", "arm-neon", "edgetpu", "tflm-cmsis-nn"])
+def test_targets_show_says_each_rule_and_fix_once(name: str) -> None:
+    """Grouped per rule: a rule id with its fix appears once, with every op it applies to; no line
+    is wider than the width asked for (COLUMNS, what a terminal says)."""
+    from edgeconv.targets.describe import describe
+
+    target = load_target(name)
+    text = describe(target, width=90)
+    assert all(len(line) <= 90 or len(line.split()[-1]) > 40 for line in text.splitlines())  # or one long URL
+    rules = [r for entry in target.ops.values() for r in entry.rules if r.fix]
+    flat = " ".join(text.split())
+    for fix in {r.fix for r in rules}:  # once per rule id and effect it belongs to, not once per op
+        said = " ".join(fix.split())
+        assert flat.count(f"Fix: {said}") == len({(r.id, r.effect) for r in rules if r.fix == fix}), said
+    shown = sorted({op for op in target.ops})
+    listed = " ".join(text.split("Supported ops (")[1].split("\n\n")[0].split())
+    assert all(f" {op}," in f" {listed.split(': ', 1)[1]}".replace(".", ",") for op in shown)
 
 
 @pytest.mark.parametrize("name", ["generic-int8", "arm-neon", "edgetpu", "tflm-cmsis-nn"])
