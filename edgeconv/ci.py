@@ -76,7 +76,8 @@ def checks_markdown(outcomes: Sequence[Outcome]) -> str:
         lines += ["", f"<details{' open' if failed else ''}><summary>{o.name}: {len(cases)} checks, "
                       f"{failed} failed (JUnit)</summary>", "", "| check | result | |", "|---|---|---|"]
         mark = {"pass": "✅ pass", "fail": "❌ fail", "error": "❌ error", "off": "⏭ off"}
-        lines += [f"| `{name}` | {mark.get(c['outcome'], c['outcome'])} | {_cell(c['sentence'])} |" for name, c in cases]
+        lines += [f"| `{name}` | {mark.get(c['outcome'], c['outcome'])} | {_cell(c['sentence'])} |"
+                  for name, c in cases]
         lines += ["", "</details>"]
     return "\n".join(lines).lstrip("\n") + ("\n" if lines else "")
 

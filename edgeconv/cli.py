@@ -546,15 +546,24 @@ def _check(args: argparse.Namespace) -> int:
         max_cpu_fallback_ops={t: args.max_cpu_fallback for t in targets} if args.max_cpu_fallback is not None else {},
         min_supported_mac_share={t: args.min_mac_share for t in targets} if args.min_mac_share is not None else {},
         fail_on_warnings=args.fail_on_warnings)
+    from .targets.diagnosis import diagnose
+
     result = check(args.model, targets, gates)
     data = result.to_json()
+    found = diagnose(result.model)
     if args.format == "json":
         print(json.dumps(data, indent=2))
     elif args.format == "md":
-        print("\n".join([f"# edgeconv check: {rel(args.model)}", ""] + targets_markdown(data)))
+        said = [f"**Model:** {found.sentence}", ""] if found is not None else []
+        print("\n".join([f"# edgeconv check: {rel(args.model)}", "", *said] + targets_markdown(data)))
     else:
+        if found is not None:
+            print(f"model: {found.sentence}")
+        brief = found is not None and found.explains_every_op
         for t in data:
-            _print_target(t)
+            _print_target(t, per_op=not brief)
+        if brief:
+            print("(every op fails an integer target for that reason; per-op details: --format md or json)")
         for reason in result.gate["reasons"]:
             print(f"gate: {reason}")
     return EXIT_OK if result.passed else EXIT_GATE
@@ -593,7 +602,8 @@ def _check_onnx(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps({**data, "warnings": warnings}, indent=2))
     elif args.format == "md":
-        print("\n".join([f"# edgeconv check: {rel(args.model)}", "", *onnx_model_markdown({**data, "warnings": warnings})]))
+        shown = onnx_model_markdown({**data, "warnings": warnings})
+        print("\n".join([f"# edgeconv check: {rel(args.model)}", "", *shown]))
     else:
         opsets = ", ".join(f"{k} {v}" for k, v in data["opsets"].items())
         print(f"{rel(args.model)}: ONNX, opset {opsets}, {sum(data['ops'].values())} ops")
@@ -604,7 +614,7 @@ def _check_onnx(args: argparse.Namespace) -> int:
     return EXIT_GATE if warnings and args.fail_on_warnings else EXIT_OK
 
 
-def _print_target(t: Mapping[str, object]) -> None:
+def _print_target(t: Mapping[str, object], *, per_op: bool = True) -> None:
     c, shares = t["counts"], t["shares"]
     assert isinstance(c, dict) and isinstance(shares, dict)
     if t.get("error"):
@@ -614,6 +624,8 @@ def _print_target(t: Mapping[str, object]) -> None:
     print(f"{t['name']}: {str(t['verdict']).upper()} ({c['supported']} supported{uncertain}, {c['cpu_fallback']} "
           f"cpu_fallback, {c['unsupported']} unsupported; {shares['macs']:.1%} of MACs supported)")
     blocking = t.get("first_blocking_op")
+    if not per_op:
+        return
     if isinstance(blocking, dict):
         print(f"  first blocking op: #{blocking['index']} {blocking['type']}: {'; '.join(blocking['reasons'])}")
     ops = t["ops"]

@@ -708,7 +708,8 @@ def _check_existing(config: PipelineConfig, out_dir: Path, targets: list[Target]
                          for t in io["outputs"]]
     fw = _firmware(config, model, data, None, 1)
     limits = gate_limits(config)
-    checks = (*verdict.target_checks(results, limits), *(verdict.off(f"{i}", note) for i, note in enumerate(limits.notes)),
+    checks = (*verdict.target_checks(results, limits),
+              *(verdict.off(f"{i}", note) for i, note in enumerate(limits.notes)),
               *verdict.memory_checks(fw.memory, limits))
     body: rm.Report = {
         **_head(config, out_dir),
