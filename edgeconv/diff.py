@@ -135,6 +135,7 @@ def diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
             entry[f"fixed_{status}"] = dict(sorted((was_ns[status] - now_ns[status]).items()))
         out["targets"].append(entry)
     out["targets_removed"] = sorted(set(old_targets) - {t["name"] for t in new["targets"]})
+    out["warnings"] = _warnings(old, new, out)
     acc_old, acc_new = ((r.get("parity") or {}).get("accuracy") for r in (old, new))
     if acc_old and acc_new:
         out["accuracy"] = _delta(acc_old["built"], acc_new["built"])
@@ -143,6 +144,31 @@ def diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
         if name in parity_old:
             out["parity"][name] = {key: _delta(parity_old[name]["built"][key], per["built"][key])
                                    for key in ("sqnr_db", "top1_agreement", "max_abs_error")}
+    return out
+
+
+def _signature(report: Mapping[str, Any], side: str) -> list[tuple[str, tuple[int, ...], str]]:
+    return [(str(t.get("signature_name", t.get("name"))), tuple(t.get("shape", ())), str(t.get("dtype")))
+            for t in report["tflite"].get(side, []) if isinstance(t, dict)]
+
+
+def _warnings(old: Mapping[str, Any], new: Mapping[str, Any], d: Mapping[str, Any]) -> list[str]:
+    """What makes the comparison doubtful: two different pipelines or models, targets in one report only."""
+    out = []
+    if old.get("name") != new.get("name"):
+        out.append(f"the reports are of different builds ({old.get('name')!r} and {new.get('name')!r})")
+    for side in ("inputs", "outputs"):
+        was, now = _signature(old, side), _signature(new, side)
+        if was != now:
+            def said(sig: list[tuple[str, tuple[int, ...], str]]) -> str:
+                return ", ".join(f"{n} {list(shape)} {dtype}" for n, shape, dtype in sig) or "none"
+            out.append(f"the models have different {side} ({said(was)} -> {said(now)}): are they versions of the "
+                       "same model?")
+    for name in d["targets_removed"]:
+        out.append(f"target {name} is checked in the old report only: the new build does not check it")
+    for t in d["targets"]:
+        if t["old_verdict"] is None:
+            out.append(f"target {t['name']} is checked in the new report only: nothing to compare it with")
     return out
 
 
@@ -164,8 +190,8 @@ def regressions(d: Mapping[str, Any], gates: RegressionGates) -> list[str]:
         if acc is None:
             reasons.append("max_accuracy_regression is set but a report has no accuracy (evaluation.labels)")
         elif -acc["delta"] > gates.max_accuracy_regression:
-            reasons.append(f"accuracy fell {-acc['delta']:.2%} ({acc['old']:.2%} -> {acc['new']:.2%}) > "
-                           f"max_accuracy_regression {gates.max_accuracy_regression:.2%}")
+            reasons.append(f"accuracy fell {-acc['delta'] * 100:.2f} points ({acc['old']:.2%} -> {acc['new']:.2%}) > "
+                           f"max_accuracy_regression {gates.max_accuracy_regression * 100:.2f} points")
     targets = {t["name"]: t for t in d["targets"]}
     for name in gates.no_new_fallback:
         t = targets.get(name)
@@ -185,6 +211,9 @@ def diff_markdown(d: Mapping[str, Any], reasons: list[str] | None = None) -> lis
     lines = [f"Model: {'unchanged' if d['same_model'] else 'changed'} (`{d['old']['sha256'][:12]}` -> "
              f"`{d['new']['sha256'][:12]}`); size {size['old']:,} -> {size['new']:,} bytes "
              f"({size['delta']:+,}); gate {d['gate']['old'].upper()} -> {d['gate']['new'].upper()}.", ""]
+    warnings = d.get("warnings", [])
+    if warnings:
+        lines = [*(f"> **Warning:** {w}" for w in warnings), "", *lines]
     if d["gate"].get("newly_failed"):
         lines.append(f"- checks that newly fail: {', '.join(f'`{c}`' for c in d['gate']['newly_failed'])}")
     if d["gate"].get("fixed"):
@@ -196,7 +225,7 @@ def diff_markdown(d: Mapping[str, Any], reasons: list[str] | None = None) -> lis
                      f"({d['arena']['delta']:+,})")
     if d["accuracy"] is not None:
         a = d["accuracy"]
-        lines.append(f"- accuracy (built): {a['old']:.2%} -> {a['new']:.2%} ({a['delta']:+.2%})")
+        lines.append(f"- accuracy (built): {a['old']:.2%} -> {a['new']:.2%} ({a['delta'] * 100:+.2f} points)")
     for name, per in d["parity"].items():
         s, t = per["sqnr_db"], per["top1_agreement"]
         sq = f"{s['old']:.1f} -> {s['new']:.1f} dB" if s["delta"] is not None else "-"
@@ -211,6 +240,8 @@ def diff_markdown(d: Mapping[str, Any], reasons: list[str] | None = None) -> lis
         fixed = _counts({**t["fixed_cpu_fallback"], **t["fixed_unsupported"]})
         lines.append(f"| {t['name']} | {(t['old_verdict'] or '-').upper()} -> {t['new_verdict'].upper()} | "
                      f"{' | '.join(cells)} | {new} | {fixed} |")
+    for name in d.get("targets_removed", []):
+        lines.append(f"| {name} | not checked any more | - | - | - | - | - |")
     if reasons is not None:
         lines += [""] + ([f"- **regression**: {r}" for r in reasons] or ["No regression gate failed."])
     return [*lines, ""]

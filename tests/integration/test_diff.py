@@ -49,7 +49,7 @@ def test_diff_shows_what_changed(builds: dict[str, Path], capsys: pytest.Capture
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("Model: changed (") and "size 36,528 -> 36,928 bytes (+400); gate PASS -> FAIL." in out[0]
     assert "- ops added: GELU x1" in out and "- ops removed: -" in out
-    assert "- accuracy (built): 98.89% -> 98.89% (+0.00%)" in out
+    assert "- accuracy (built): 98.89% -> 98.89% (+0.00 points)" in out
     assert ("| edgetpu | PASS -> FAIL | 8 -> 6 | 0 -> 2 | 0 -> 1 | FULLY_CONNECTED x1, SOFTMAX x1, GELU x1 | - |"
             in out)
     assert out[-1] == "No regression gate failed."

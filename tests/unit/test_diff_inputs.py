@@ -60,3 +60,63 @@ def test_two_good_reports_compare(tmp_path: Path, capsys: pytest.CaptureFixture[
         (tmp_path / f"{name}.json").write_text(json.dumps(GOOD))
     assert main(["diff", str(tmp_path / "old.json"), str(tmp_path / "new.json")]) == 0
     assert "gate PASS -> PASS" in capsys.readouterr().out
+
+
+def _diff(tmp_path: Path, old: dict[str, Any], new: dict[str, Any], *extra: str) -> int:
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    (tmp_path / "new.json").write_text(json.dumps(new))
+    return main(["diff", str(tmp_path / "old.json"), str(tmp_path / "new.json"), *extra])
+
+
+IO = {"inputs": [{"name": "serving_default_image:0", "signature_name": "image", "shape": [1, 8, 8, 1],
+                  "dtype": "int8"}],
+      "outputs": [{"name": "Identity", "signature_name": "digit", "shape": [1, 10], "dtype": "int8"}]}
+
+
+@pytest.mark.parametrize(("change", "warning"), [
+    (lambda r: _set(r, "name", "kws"), "the reports are of different builds ('m' and 'kws')"),
+    (lambda r: _set(r, "tflite.inputs.0.shape", [1, 49, 10, 1]),
+     "the models have different inputs (image [1, 8, 8, 1] int8 -> image [1, 49, 10, 1] int8): are they versions of "
+     "the same model?"),
+    (lambda r: _set(r, "targets", []),
+     "target arm-neon is checked in the old report only: the new build does not check it"),
+    (lambda r: _set(r, "targets.0.name", "edgetpu"),
+     "target edgetpu is checked in the new report only: nothing to compare it with"),
+])
+def test_a_doubtful_comparison_is_said_first(tmp_path: Path, capsys: pytest.CaptureFixture[str], change: Any,
+                                             warning: str) -> None:
+    old = {**GOOD, "tflite": {**GOOD["tflite"], **IO}}
+    code = _diff(tmp_path, old, change(old))
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.startswith("> **Warning:** ")  # said before anything else
+    assert f"> **Warning:** {warning}" in out.splitlines()
+    assert main(["diff", str(tmp_path / "old.json"), str(tmp_path / "new.json"), "--format", "json"]) == 0
+    assert warning in json.loads(capsys.readouterr().out)["warnings"]
+
+
+def test_the_same_build_compared_has_no_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    old = {**GOOD, "tflite": {**GOOD["tflite"], **IO}}
+    _diff(tmp_path, old, old)
+    assert "Warning" not in capsys.readouterr().out
+
+
+def test_a_target_no_longer_checked_keeps_its_row(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _diff(tmp_path, GOOD, _set(GOOD, "targets", []))
+    assert "| arm-neon | not checked any more | - | - | - | - | - |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("old_acc", "new_acc", "limit", "code", "line"), [
+    (0.9889, 0.9767, "0.0125", 0, "- accuracy (built): 98.89% -> 97.67% (-1.22 points)"),
+    (0.9889, 0.9767, "0.0121", 1, "- **regression**: accuracy fell 1.22 points (98.89% -> 97.67%) > "
+                                  "max_accuracy_regression 1.21 points"),
+])
+def test_an_accuracy_change_is_in_points(tmp_path: Path, capsys: pytest.CaptureFixture[str], old_acc: float,
+                                         new_acc: float, limit: str, code: int, line: str) -> None:
+    def with_accuracy(value: float) -> dict[str, Any]:
+        return {**GOOD, "parity": {"samples": 1, "outputs": {}, "accuracy": {"output": "digit", "source": 0.99,
+                                                                            "built": value, "drop": {}}}}
+
+    got = _diff(tmp_path, with_accuracy(old_acc), with_accuracy(new_acc), "--max-accuracy-regression", limit)
+    assert got == code
+    assert line in capsys.readouterr().out.splitlines()
