@@ -623,6 +623,11 @@ def _print_target(t: Mapping[str, object], *, per_op: bool = True) -> None:
     uncertain = f", {c['uncertain']} uncertain" if c.get("uncertain") else ""
     print(f"{t['name']}: {str(t['verdict']).upper()} ({c['supported']} supported{uncertain}, {c['cpu_fallback']} "
           f"cpu_fallback, {c['unsupported']} unsupported; {shares['macs']:.1%} of MACs supported)")
+    from .report import estimates_line
+
+    estimated = estimates_line(t)
+    if estimated is not None:
+        print(f"  {estimated}")
     blocking = t.get("first_blocking_op")
     if not per_op:
         return

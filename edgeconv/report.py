@@ -153,6 +153,31 @@ def pass_json(result: PassResult) -> rm.PassSection:
     }
 
 
+def estimates_line(target: Mapping[str, Any]) -> str | None:
+    """A compiler's own estimates (Vela's summary) in one line: the numbers a firmware engineer runs it for."""
+    e = target.get("estimates")
+    if not e:
+        return None
+    parts = []
+    if "sram_kib" in e:
+        parts.append(f"SRAM {e['sram_kib']:,.1f} KiB")
+    flash = e.get("off_chip_flash_kib", 0.0) + e.get("on_chip_flash_kib", 0.0)
+    if "off_chip_flash_kib" in e or "on_chip_flash_kib" in e:
+        parts.append(f"flash {flash:,.1f} KiB")
+    if e.get("dram_kib"):
+        parts.append(f"DRAM {e['dram_kib']:,.1f} KiB")
+    if "cycles_total" in e:
+        npu = f" ({e['cycles_npu']:,.0f} on the NPU)" if "cycles_npu" in e and e["cycles_npu"] != e["cycles_total"] \
+            else ""
+        parts.append(f"{e['cycles_total']:,.0f} cycles{npu}")
+    if "inference_time_s" in e:
+        per_s = f", {e['inferences_per_second']:,.0f} inferences/s" if "inferences_per_second" in e else ""
+        seconds = e["inference_time_s"]
+        took = f"{seconds * 1e6:,.1f} µs" if seconds < 1e-3 else f"{seconds * 1e3:,.2f} ms"
+        parts.append(f"{took} per inference{per_s}")
+    return f"{target['name']} (Vela estimate): {'; '.join(parts)}" if parts else None
+
+
 def console_lines(report: Mapping[str, Any]) -> list[str]:
     """What a reviewer needs first, rendered from the report's verdict: a line per target (accelerators as
     their compiler says it), accuracy, SQNR, size and arena, what the pipeline loosened, the verdict and
@@ -173,6 +198,9 @@ def console_lines(report: Mapping[str, Any]) -> list[str]:
             uncertain = f", {c['uncertain']} uncertain" if c.get("uncertain") else ""
             lines.append(f"{t['name']}: {t['verdict'].upper()} ({c['supported']} supported{uncertain}, "
                          f"{c['cpu_fallback']} cpu_fallback, {c['unsupported']} unsupported)")
+        estimated = estimates_line(t) if not t.get("error") else None
+        if estimated is not None:
+            lines.append(f"  {estimated}")
     parity = report.get("parity")
     if parity:
         acc = parity.get("accuracy")
@@ -226,6 +254,9 @@ def targets_markdown(targets: Sequence[Mapping[str, Any]]) -> list[str]:
     for t in targets:
         if t.get("error"):
             lines += ["", f"**{t['name']}: no verdict.** {_esc(t['error'])}"]
+        estimated = estimates_line(t)
+        if estimated is not None:
+            lines += ["", _esc(estimated)]
     for t in targets:
         blocking = t.get("first_blocking_op")
         if blocking:

@@ -125,3 +125,30 @@ def test_a_reader_that_goes_away_is_not_a_crash(tmp_path: Path) -> None:
                           capture_output=True, text=True, cwd=tmp_path)
     assert proc.stdout == "[\n  {\n    " and proc.stderr == ""
     assert not list(tmp_path.rglob("edgeconv-crash.log"))
+
+
+@pytest.mark.parametrize(("estimates", "line"), [
+    ({"sram_kib": 0.5, "off_chip_flash_kib": 0.296875, "on_chip_flash_kib": 0.0, "dram_kib": 0.0, "macs": 8820.0,
+      "cycles_npu": 1832.0, "cycles_total": 1832.0, "inference_time_s": 3.664e-06,
+      "inferences_per_second": 272925.76},
+     "u55 (Vela estimate): SRAM 0.5 KiB; flash 0.3 KiB; 1,832 cycles; 3.7 µs per inference, 272,926 inferences/s"),
+    ({"sram_kib": 380.25, "off_chip_flash_kib": 3120.0, "dram_kib": 12.0, "cycles_npu": 9_000_000.0,
+      "cycles_total": 9_500_000.0, "inference_time_s": 0.019, "inferences_per_second": 52.6},
+     "u55 (Vela estimate): SRAM 380.2 KiB; flash 3,120.0 KiB; DRAM 12.0 KiB; 9,500,000 cycles (9,000,000 on the "
+     "NPU); 19.00 ms per inference, 53 inferences/s"),
+    ({}, None),
+])
+def test_vela_estimates_in_one_line(estimates: dict[str, float], line: str | None) -> None:
+    from edgeconv.report import estimates_line
+
+    assert estimates_line({"name": "u55", "estimates": estimates}) == line
+
+
+def test_check_shows_vela_estimates_in_text_and_markdown() -> None:
+    model = REPO / "tests" / "data" / "conv2d-relu.int8.tflite"
+    text = run_edgeconv("check", model, "--target", "ethos-u55-128")
+    assert text.returncode == 0, text.stderr
+    (said,) = [line for line in text.stdout.splitlines() if "(Vela estimate)" in line]
+    assert said.startswith("  ethos-u55-128 (Vela estimate): SRAM ") and " inferences/s" in said
+    md = run_edgeconv("check", model, "--target", "ethos-u55-128", "--format", "md")
+    assert said.strip() in md.stdout
