@@ -29,6 +29,33 @@ from .errors import EdgeconvError, InternalError, rel
 EXIT_OK, EXIT_GATE, EXIT_USER, EXIT_INTERNAL = 0, 1, 2, 3
 
 
+def _files(*suffixes: str) -> Any:
+    """Shell completion (argcomplete) of paths: folders, and files with these suffixes."""
+    def complete(prefix: str, **_: Any) -> list[str]:
+        folder, slash, start = prefix.rpartition("/")
+        base = Path(folder + slash or ".")
+        try:
+            entries = sorted(base.iterdir())
+        except OSError:
+            return []
+        shown = f"{folder}{slash}"
+        return [f"{shown}{e.name}/" if e.is_dir() else f"{shown}{e.name}" for e in entries
+                if e.name.startswith(start) and not e.name.startswith(".") and (e.is_dir() or e.suffix in suffixes)]
+    return complete
+
+
+def _target_names(prefix: str, **_: Any) -> list[str]:
+    from .targets import builtin_target_names
+
+    return [n for n in builtin_target_names() if n.startswith(prefix)]
+
+
+def _op_names(prefix: str, **_: Any) -> list[str]:
+    from .converters.tflite_reader import BUILTIN_OP_NAMES
+
+    return sorted(n for n in BUILTIN_OP_NAMES if n.startswith(prefix.upper()))
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="edgeconv",
@@ -39,7 +66,8 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("build", help="run pipelines: convert, quantize, check, write the output folders")
     b.add_argument("pipelines", type=str, nargs="+", metavar="PIPELINE",
-                   help="pipeline file(s) (pipeline.yaml); a quoted glob ('models/*.yaml') is expanded")
+                   help="pipeline file(s) (pipeline.yaml); a quoted glob ('models/*.yaml') is expanded"
+                   ).completer = _files(".yaml", ".yml")  # type: ignore[attr-defined]
     b.add_argument("--out", type=Path, help="output folder (default: output.dir of the pipeline; one pipeline only)")
     b.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
                    help="build N pipelines at a time, each in its own process (default 1)")
@@ -63,14 +91,17 @@ def _parser() -> argparse.ArgumentParser:
                         "until the parity gates pass (as verify.suggest_keep_float)")
 
     v = sub.add_parser("validate", help="validate pipeline files (no TensorFlow needed)")
-    v.add_argument("pipelines", type=Path, nargs="+", metavar="PIPELINE")
+    pipelines = v.add_argument("pipelines", type=Path, nargs="+", metavar="PIPELINE")
+    pipelines.completer = _files(".yaml", ".yml")  # type: ignore[attr-defined]
 
     c = sub.add_parser("check", help="check a .tflite against targets, or list an .onnx model's ops (no "
                                      "TensorFlow needed)")
     c.add_argument("model", type=Path, help=".tflite file, or .onnx file (ops listed, custom domains and ops "
-                                            "ONNX does not define flagged; no target rules for ONNX yet)")
+                                            "ONNX does not define flagged; no target rules for ONNX yet)"
+                   ).completer = _files(".tflite", ".onnx")  # type: ignore[attr-defined]
     c.add_argument("--target", action="append", dest="targets", metavar="NAME",
-                   help="target name (repeatable; default generic-int8)")
+                   help="target name (repeatable; default generic-int8)"
+                   ).completer = _target_names  # type: ignore[attr-defined]
     c.add_argument("--format", choices=("text", "json", "md"), default="text")
     c.add_argument("--max-cpu-fallback", type=int, metavar="N",
                    help="fail (exit 1) when more than N ops of a target fall back to the CPU")
@@ -89,14 +120,16 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--max-accuracy-regression", type=float, metavar="F",
                    help="fail when the built model's accuracy fell by more than F (0..1)")
     d.add_argument("--no-new-fallback", action="append", default=[], metavar="TARGET",
-                   help="fail when an op type newly falls back or is unsupported on TARGET (repeatable)")
+                   help="fail when an op type newly falls back or is unsupported on TARGET (repeatable)"
+                   ).completer = _target_names  # type: ignore[attr-defined]
 
     t = sub.add_parser("targets", help="list the built-in targets or show one target's rules")
     tsub = t.add_subparsers(dest="action", required=True)
     tsub.add_parser("list", help="list built-in targets")
     show = tsub.add_parser("show", help="print a target's rules as text, each rule once with the ops it applies to")
-    show.add_argument("name")
-    show.add_argument("--op", metavar="NAME", help="only the rules of this op (e.g. CONV_2D), with their full ids")
+    show.add_argument("name").completer = _target_names  # type: ignore[attr-defined]
+    show.add_argument("--op", metavar="NAME", help="only the rules of this op (e.g. CONV_2D), with their full ids"
+                      ).completer = _op_names  # type: ignore[attr-defined]
 
     p = sub.add_parser("passes", help="list the graph passes")
     p.add_subparsers(dest="action", required=True).add_parser("list", help="list passes")
@@ -122,7 +155,12 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (eval "$(register-python-argcomplete edgeconv)")
+        import argcomplete
+
+        argcomplete.autocomplete(parser)  # prints the completions and exits
+    args = parser.parse_args(argv)
     import signal
     import threading
 
