@@ -68,14 +68,15 @@ def checks_markdown(outcomes: Sequence[Outcome]) -> str:
     a test-report action): per pipeline, each check with its outcome and sentence, failures first."""
     lines = []
     order = {"fail": 0, "error": 0, "off": 1, "pass": 2}
+    mark = {"pass": "✅ pass", "fail": "❌ fail", "error": "❌ error", "off": "⏭ off"}
     for o in outcomes:
         if o.report is None:
             continue
         cases = sorted(_cases(o.report), key=lambda nc: order.get(nc[1]["outcome"], 1))
         failed = sum(c["outcome"] in ("fail", "error") for _, c in cases)
-        lines += ["", f"<details{' open' if failed else ''}><summary>{o.name}: {len(cases)} checks, "
-                      f"{failed} failed (JUnit)</summary>", "", "| check | result | |", "|---|---|---|"]
-        mark = {"pass": "✅ pass", "fail": "❌ fail", "error": "❌ error", "off": "⏭ off"}
+        title = f"{rel(o.pipeline)} ({o.name}): {len(cases)} checks, {failed} failed (JUnit)"
+        lines += ["", f"<details{' open' if failed else ''}><summary>{title}</summary>", "",
+                  "| check | result | |", "|---|---|---|"]
         lines += [f"| `{name}` | {mark.get(c['outcome'], c['outcome'])} | {_cell(c['sentence'])} |"
                   for name, c in cases]
         lines += ["", "</details>"]

@@ -186,8 +186,9 @@ def test_a_failing_pipeline_fails_the_step_with_every_output_agreeing(consumer: 
     summary = runner.summary.read_text()
     assert summary.startswith("## edgeconv: FAIL")
     assert Path(outputs["summary"]).read_text() in summary
-    assert "<details open><summary>digits-strict:" in summary and "1 failed (JUnit)</summary>" in summary
-    assert "<details><summary>digits:" in summary and "0 failed (JUnit)" in summary
+    assert "<details open><summary>pipelines/digits strict.yaml (digits-strict): " in summary
+    assert "1 failed (JUnit)</summary>" in summary
+    assert "<details><summary>pipelines/digits.yaml (digits): " in summary and "0 failed (JUnit)" in summary
 
 
 def test_the_action_writes_nothing_into_its_own_checkout(consumer: dict[str, Any]) -> None:

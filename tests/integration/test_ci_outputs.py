@@ -92,7 +92,12 @@ def test_markdown_summary_and_github_outputs(run: dict[str, object]) -> None:
     assert ("| `good.yaml` | **pass** | 36,528 B | generic-int8 ✅, arm-neon ✅, edgetpu ✅, tflm-cmsis-nn ✅ | "
             "accuracy 98.89% (drop 0.00 points) | `build/digits/report.md` |") in summary
     assert "- `gelu.yaml` (digits): target edgetpu: 1 unsupported op(s): GELU x1" in summary
-    assert run["step_summary"] == "# earlier step\n" + summary + "\n"  # appended, not replaced
+    # Appended, not replaced; then the JUnit's test cases as a table per pipeline, open where one failed.
+    step_summary = str(run["step_summary"])
+    assert step_summary.startswith("# earlier step\n" + summary + "\n")
+    assert "<details open><summary>gelu.yaml (digits): 11 checks, 2 failed (JUnit)</summary>" in step_summary
+    assert "| `target edgetpu` | ❌ fail | target edgetpu: 1 unsupported op(s): GELU x1 |" in step_summary
+    assert "<details><summary>good.yaml (digits): " in step_summary
     out = str(run["out"]).splitlines()
     assert "::error file=gelu.yaml,title=edgeconv target (digits)::target edgetpu: 1 unsupported op(s): GELU x1" in out
     broken = [line for line in out if line.startswith("::error file=broken.yaml,line=4,")]
