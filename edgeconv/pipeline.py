@@ -557,8 +557,9 @@ def _onnx(config: PipelineConfig, graph: FrozenGraph, reference: Any, tflite: by
     float_proto = onnx_export.export_float(graph, o.opset)
     files = {f"{stem}.onnx": float_proto.SerializeToString()}
     labels = data.label_values() if data.labels else None
-    runs: rm.OnnxParity = {"float": parity.measure(reference, {"onnx_float": OnnxRunner(files[f"{stem}.onnx"]).run},
-                                                    data.batches(batch), shapes, labels)}
+    float_runner = OnnxRunner(files[f"{stem}.onnx"])
+    runs: rm.OnnxParity = {"float": parity.measure(reference, {"onnx_float": float_runner.run}, data.batches(batch),
+                                                   shapes, labels)}
     worst = max(per["onnx_float"]["max_abs_error"] for per in runs["float"]["outputs"].values())
     tolerance = config.verify.float_tolerance
     check = verdict.simple(
