@@ -152,6 +152,10 @@ def _signature(report: Mapping[str, Any], side: str) -> list[tuple[str, tuple[in
             for t in report["tflite"].get(side, []) if isinstance(t, dict)]
 
 
+def _said(signature: list[tuple[str, tuple[int, ...], str]]) -> str:
+    return ", ".join(f"{n} {list(shape)} {dtype}" for n, shape, dtype in signature) or "none"
+
+
 def _warnings(old: Mapping[str, Any], new: Mapping[str, Any], d: Mapping[str, Any]) -> list[str]:
     """What makes the comparison doubtful: two different pipelines or models, targets in one report only."""
     out = []
@@ -160,9 +164,7 @@ def _warnings(old: Mapping[str, Any], new: Mapping[str, Any], d: Mapping[str, An
     for side in ("inputs", "outputs"):
         was, now = _signature(old, side), _signature(new, side)
         if was != now:
-            def said(sig: list[tuple[str, tuple[int, ...], str]]) -> str:
-                return ", ".join(f"{n} {list(shape)} {dtype}" for n, shape, dtype in sig) or "none"
-            out.append(f"the models have different {side} ({said(was)} -> {said(now)}): are they versions of the "
+            out.append(f"the models have different {side} ({_said(was)} -> {_said(now)}): are they versions of the "
                        "same model?")
     for name in d["targets_removed"]:
         out.append(f"target {name} is checked in the old report only: the new build does not check it")

@@ -13,11 +13,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import report_model as rm
 from .config import GatesConfig
 from .converters.tflite_reader import TensorInfo, TFLiteModel
 from .ir import source_layers
 from .passes.base import PassResult
-from . import report_model as rm
 from .report_model import REPORT_SCHEMA_VERSION as REPORT_SCHEMA_VERSION
 from .targets.checker import OpResult, TargetResult, Verdict
 from .targets.target import Effect, OpStatus, Placement
@@ -96,10 +96,10 @@ def targets_json(results: Iterable[TargetResult], layers: Sequence[str] | None =
 
 def _blocking_json(result: OpResult, layers: Sequence[str] | None) -> rm.BlockingOp:
     """A root cause of a segment placement's CPU fallback: the op, its reasons, its layers."""
+    blocking = [v for v in result.violations if v.effect is not Effect.WARNING]
     entry: rm.BlockingOp = {"index": result.op.index, "type": result.op.type, "name": result.op.name,
-             "rules": [v.rule for v in result.violations if v.effect is not Effect.WARNING],
-             "reasons": [v.detail for v in result.violations if v.effect is not Effect.WARNING],
-             "fixes": sorted({v.fix for v in result.violations if v.fix and v.effect is not Effect.WARNING})}
+                            "rules": [v.rule for v in blocking], "reasons": [v.detail for v in blocking],
+                            "fixes": sorted({v.fix for v in blocking if v.fix})}
     if layers is not None:
         entry["source_layers"] = op_layers(result, layers)
     return entry

@@ -39,8 +39,9 @@ def diagnose(model: TFLiteModel) -> Diagnosis | None:
     ops = [op for op in model.ops if op.type not in ("QUANTIZE", "DEQUANTIZE")]
     if not ops:
         return None
-    float_ops = [op for op in ops if _computes(op) & _FLOATS]
-    integer_ops = [op for op in ops if _computes(op) & _INTEGERS and not _computes(op) & _FLOATS]
+    computes = {id(op): _computes(op) for op in ops}
+    float_ops = [op for op in ops if computes[id(op)] & _FLOATS]
+    integer_ops = [op for op in ops if computes[id(op)] & _INTEGERS and not computes[id(op)] & _FLOATS]
     weights = {t.dtype for op in ops if op.type in _WEIGHTED for t in op.inputs if t is not None and t.constant}
     dequantized = {t.dtype for op in model.ops if op.type == "DEQUANTIZE" for t in op.inputs
                    if t is not None and t.constant}
@@ -57,7 +58,7 @@ def diagnose(model: TFLiteModel) -> Diagnosis | None:
         return Diagnosis("partly_float", f"{len(float_ops)} of {len(ops)} ops compute in float ("
                          f"{', '.join(names[:5])}{', ...' if len(names) > 5 else ''}); they run only where a target "
                          "runs float ops", False)
-    computed = set().union(*(_computes(op) for op in integer_ops))
+    computed = set().union(*(computes[id(op)] for op in integer_ops))
     if TensorType.UINT8 in computed and TensorType.INT8 not in computed:
         return Diagnosis("uint8", "the model is uint8-quantized (the TF1 quantization-aware scheme); targets whose "
                          "kernels are int8-only (each target's tensor_dtype rules say which) need the TF2 converter's "
