@@ -120,6 +120,8 @@ class BuildCache:
             hashes = meta["files"]
             if meta.get("key") != key or not isinstance(hashes, dict):
                 raise ValueError("the entry names another key")
+            if any(not _inside(name) for name in hashes):
+                raise ValueError("a file name leaves the entry")
             files = {name: (entry / "files" / name).read_bytes() for name in hashes}
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("cache: entry %s is unreadable (%s); building", key[:12], exc)
@@ -141,11 +143,13 @@ class BuildCache:
         try:
             entry.parent.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
-            names = sorted(p.name for p in out_dir.iterdir() if p.is_file() and p.name != MARKER)
+            names = sorted(p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*")
+                           if p.is_file() and p.name != MARKER)
             (staging / "files").mkdir()
             hashes = {}
             for name in names:
                 data = (out_dir / name).read_bytes()
+                (staging / "files" / name).parent.mkdir(parents=True, exist_ok=True)
                 (staging / "files" / name).write_bytes(data)
                 hashes[name] = hashlib.sha256(data).hexdigest()
             (staging / "entry.json").write_text(json.dumps({"key": key, "files": hashes}, indent=1))
@@ -154,3 +158,10 @@ class BuildCache:
             log.warning("cache: cannot write %s (%s); the build is not cached", self.root, exc.strerror)
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
+
+
+def _inside(name: object) -> bool:
+    """A cached file's name is a relative path below the entry ("report.json", "explorer/x.json")."""
+    if not isinstance(name, str) or not name or name.startswith("/") or "\\" in name:
+        return False
+    return all(part not in ("", ".", "..") for part in name.split("/"))

@@ -24,6 +24,7 @@ from typing import Any
 
 from . import cancel
 from ._version import __version__
+from .console import print_lines
 from .errors import EdgeconvError, InternalError, rel
 
 EXIT_OK, EXIT_GATE, EXIT_USER, EXIT_INTERNAL = 0, 1, 2, 3
@@ -63,8 +64,19 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 pass, 1 a target or gate fails, 2 usage/config/model/data error, 3 internal error.")
     parser.add_argument("--version", action="version", version=f"edgeconv {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # -q and -v on every command (after the command: `edgeconv check -q model.tflite`).
+    common = argparse.ArgumentParser(add_help=False)
+    loudness = common.add_argument_group("console").add_mutually_exclusive_group()
+    loudness.add_argument("-q", "--quiet", action="store_true",
+                          help="print only the result: no progress, no log lines (errors still go to stderr)")
+    loudness.add_argument("-v", "--verbose", action="store_true",
+                          help="also print debug lines, and the log lines of the tools edgeconv runs "
+                               "(TensorFlow, LiteRT, Model Explorer) that are otherwise kept out")
 
-    b = sub.add_parser("build", help="run pipelines: convert, quantize, check, write the output folders")
+    def command(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kwargs)
+
+    b = command("build", help="run pipelines: convert, quantize, check, write the output folders")
     b.add_argument("pipelines", type=str, nargs="+", metavar="PIPELINE",
                    help="pipeline file(s) (pipeline.yaml); a quoted glob ('models/*.yaml') is expanded"
                    ).completer = _files(".yaml", ".yml")  # type: ignore[attr-defined]
@@ -78,7 +90,6 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--summary", type=Path, metavar="PATH",
                    help="write a Markdown summary (a PR comment); on GitHub Actions it is also appended to "
                         "$GITHUB_STEP_SUMMARY")
-    b.add_argument("-q", "--quiet", action="store_true", help="print only the result")
     b.add_argument("--baseline", type=Path, metavar="REPORT",
                    help="an earlier report.json (or its output folder): the report says what changed, and the "
                         "regression gates (gates.max_size_growth, no_new_fallback, ...) can fail the build")
@@ -90,12 +101,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="try keeping the layers that add the most quantization error in float, one more at a time, "
                         "until the parity gates pass (as verify.suggest_keep_float)")
 
-    v = sub.add_parser("validate", help="validate pipeline files (no TensorFlow needed)")
+    v = command("validate", help="validate pipeline files (no TensorFlow needed)")
     pipelines = v.add_argument("pipelines", type=Path, nargs="+", metavar="PIPELINE")
     pipelines.completer = _files(".yaml", ".yml")  # type: ignore[attr-defined]
 
-    c = sub.add_parser("check", help="check a .tflite against targets, or list an .onnx model's ops (no "
-                                     "TensorFlow needed)")
+    c = command("check", help="check a .tflite against targets, or list an .onnx model's ops (no "
+                               "TensorFlow needed)")
     c.add_argument("model", type=Path, help=".tflite file, or .onnx file (ops listed, custom domains and ops "
                                             "ONNX does not define flagged; no target rules for ONNX yet)"
                    ).completer = _files(".tflite", ".onnx")  # type: ignore[attr-defined]
@@ -109,7 +120,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="fail when less than this share (0..1) of the MACs runs supported on a target")
     c.add_argument("--fail-on-warnings", action="store_true", help="fail when a target reports a warning")
 
-    d = sub.add_parser("diff", help="what changed between two builds (two report.json files or output folders)")
+    d = command("diff", help="what changed between two builds (two report.json files or output folders)")
     d.add_argument("old", type=Path, help="baseline report.json, or the output folder holding it")
     d.add_argument("new", type=Path, help="new report.json, or the output folder holding it")
     d.add_argument("--format", choices=("text", "json", "md"), default="text")
@@ -125,16 +136,29 @@ def _parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("targets", help="list the built-in targets or show one target's rules")
     tsub = t.add_subparsers(dest="action", required=True)
-    tsub.add_parser("list", help="list built-in targets")
-    show = tsub.add_parser("show", help="print a target's rules as text, each rule once with the ops it applies to")
+    tsub.add_parser("list", parents=[common], help="list built-in targets")
+    show = tsub.add_parser("show", parents=[common],
+                           help="print a target's rules as text, each rule once with the ops it applies to")
     show.add_argument("name").completer = _target_names  # type: ignore[attr-defined]
     show.add_argument("--op", metavar="NAME", help="only the rules of this op (e.g. CONV_2D), with their full ids"
                       ).completer = _op_names  # type: ignore[attr-defined]
 
     p = sub.add_parser("passes", help="list the graph passes")
-    p.add_subparsers(dest="action", required=True).add_parser("list", help="list passes")
+    p.add_subparsers(dest="action", required=True).add_parser("list", parents=[common], help="list passes")
 
-    s = sub.add_parser("schema", help="print the JSON Schema of the pipeline file or the report")
+    w = command("view", help="open a build (or a .tflite) in Model Explorer with each target's verdict and the "
+                             "per-op quantization error on the graph (needs the view extra)")
+    w.add_argument("path", type=Path, metavar="BUILD_DIR|MODEL",
+                   help="a build's output folder (its report.json, model and explorer/ overlays), or a .tflite "
+                        "checked now").completer = _files(".tflite")  # type: ignore[attr-defined]
+    w.add_argument("--target", action="append", dest="targets", metavar="NAME",
+                   help="only this target's overlays (repeatable; default: every target of the build, or "
+                        "generic-int8 for a .tflite)").completer = _target_names  # type: ignore[attr-defined]
+    w.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1: this machine only)")
+    w.add_argument("--port", type=int, default=0, help="port to serve on (default: a free one)")
+    w.add_argument("--no-browser", action="store_true", help="print the address; do not open a browser")
+
+    s = command("schema", help="print the JSON Schema of the pipeline file or the report")
     s.add_argument("which", choices=("pipeline", "report"))
     return parser
 
@@ -161,8 +185,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         argcomplete.autocomplete(parser)  # prints the completions and exits
     args = parser.parse_args(argv)
+    # This command's console settings on edgeconv's logger are undone when it returns (a host program, or
+    # a test calling main(), keeps its own).
+    logger = logging.getLogger("edgeconv")
+    saved = (logger.handlers[:], logger.level, logger.propagate)
+    try:
+        return _signals_and_main(args)
+    finally:
+        logger.handlers, logger.propagate = saved[0], saved[2]
+        logger.setLevel(saved[1])
+
+
+def _signals_and_main(args: argparse.Namespace) -> int:
     import signal
-    import threading
 
     if threading.current_thread() is not threading.main_thread():
         return _main(args)
@@ -181,14 +216,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         cancel.clear()
 
 
+def _console(args: argparse.Namespace) -> None:
+    """-q and -v: edgeconv's own logger for this command (not the root logger: a host program's
+    configuration is not ours to change); -v also lets TensorFlow's C++ log lines through."""
+    if args.verbose:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")
+    from .console import LineProgress
+
+    logger = logging.getLogger("edgeconv")
+    logger.propagate = False
+    logger.handlers = [LineProgress(sys.stderr).handler()]
+    logger.setLevel(logging.DEBUG if args.verbose else logging.ERROR if args.quiet else logging.WARNING)
+
+
 def _main(args: argparse.Namespace) -> int:
     try:
+        _console(args)
         if args.command == "build":
             code = _build_many(args)
             cancel.check()  # a signal whose exception a library swallowed: still a cancelled run
             return code
         if args.command == "validate":
-            return _validate(args.pipelines)
+            return _validate(args.pipelines, quiet=args.quiet)
         if args.command == "check":
             return _check(args)
         if args.command == "diff":
@@ -205,6 +254,8 @@ def _main(args: argparse.Namespace) -> int:
             return EXIT_OK
         if args.command == "schema":
             return _schema(args.which)
+        if args.command == "view":
+            return _view(args)
         raise AssertionError(args.command)
     except EdgeconvError as exc:
         for line in str(exc).splitlines():
@@ -244,123 +295,6 @@ def _crash(exc: Exception) -> int:
     print(f"edgeconv: internal error: {what}", file=sys.stderr)
     print(f"edgeconv: traceback written to {rel(path)}; please report it", file=sys.stderr)
     return EXIT_INTERNAL
-
-
-class _Formatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        level = "warning: " if record.levelno >= logging.WARNING else ""
-        return f"edgeconv: {level}{record.getMessage()}"
-
-
-class ProgressDisplay:
-    """Progress of long stages. A counted stage (``total > 0``): a bar with rate and ETA on a terminal,
-    a plain line every 10 % in CI logs (no carriage returns there). A stage without a count
-    (``total == 0``; ``done`` 0 when it starts, 1 when it ends): on a terminal, a spinner with the
-    elapsed time once it has run for SPIN_AFTER_S; in CI logs its start is already a log line."""
-
-    SPIN_AFTER_S = 2.0
-    FRAMES = "|/-\\"
-
-    def __init__(self, stream: Any) -> None:
-        self.stream = stream
-        self.tty = bool(getattr(stream, "isatty", lambda: False)())
-        self.started: dict[str, float] = {}
-        self.shown: dict[str, int] = {}
-        self.lock = threading.RLock()
-        self.spinning: tuple[str, float] | None = None  # the count-less stage running, since when
-        self.counted_at = 0.0  # when a bar was last drawn: the spinner yields to it
-        self.drawn = False  # something without a newline is on the line
-        self.ticker: threading.Thread | None = None
-
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        if total == 0:
-            self._spin(stage, done)
-            return
-        with self.lock:
-            self._counted(stage, done, total)
-
-    def _counted(self, stage: str, done: int, total: int) -> None:
-        now = time.monotonic()
-        start = self.started.setdefault(stage, now)
-        rate = done / (now - start) if now > start else 0.0
-        eta = f"{(total - done) / rate:.0f} s" if rate > 0 and done < total else "-"
-        speed = f"{rate:.1f} samples/s" if rate > 0 else "-"
-        if self.tty:
-            self.counted_at = now
-            filled = int(24 * done / max(total, 1))
-            self.stream.write(f"\redgeconv: {stage} [{'#' * filled}{'.' * (24 - filled)}] {done}/{total} "
-                              f"{speed}, ETA {eta}  ")
-            self.drawn = done < total
-            if done >= total:
-                self.stream.write("\n")
-            self.stream.flush()
-            return
-        step = done * 10 // max(total, 1)
-        if step > self.shown.get(stage, -1):
-            self.shown[stage] = step
-            self.stream.write(f"edgeconv: {stage}: {done}/{total} samples ({done * 100 // max(total, 1)}%), "
-                              f"{speed}, ETA {eta}\n")
-            self.stream.flush()
-
-    def _spin(self, stage: str, done: int) -> None:
-        if not self.tty:
-            return
-        with self.lock:
-            if done == 0:
-                self.spinning = (stage, time.monotonic())
-                if self.ticker is None:
-                    self.ticker = threading.Thread(target=self._tick, daemon=True)
-                    self.ticker.start()
-            elif self.spinning is not None and self.spinning[0] == stage:
-                self.spinning = None
-                self.clear()
-
-    def _tick(self) -> None:
-        frame = 0
-        while True:
-            time.sleep(0.25)
-            with self.lock:
-                self.draw_spinner(frame)
-            frame += 1
-
-    def draw_spinner(self, frame: int) -> None:
-        """One frame of the spinner (the ticker thread calls it four times a second)."""
-        if self.spinning is None:
-            return
-        stage, since = self.spinning
-        now = time.monotonic()
-        if now - since < self.SPIN_AFTER_S or now - self.counted_at < 1.0:
-            return
-        self.stream.write(f"\redgeconv: {stage} {self.FRAMES[frame % len(self.FRAMES)]} {now - since:.0f} s  ")
-        self.stream.flush()
-        self.drawn = True
-
-    def stop(self) -> None:
-        """The build is over (done or failed): no spinner may draw after its last line."""
-        with self.lock:
-            self.spinning = None
-            self.clear()
-
-    def clear(self) -> None:
-        """Wipe the unfinished line (before a log line is written, or when a stage ends)."""
-        with self.lock:
-            if self.drawn:
-                self.stream.write("\r\033[K")
-                self.stream.flush()
-                self.drawn = False
-
-
-class _ClearingHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """A log line never lands in the middle of a progress bar or spinner."""
-
-    def __init__(self, stream: Any, display: ProgressDisplay) -> None:
-        super().__init__(stream)
-        self.display = display
-
-    def emit(self, record: logging.LogRecord) -> None:
-        with self.display.lock:
-            self.display.clear()
-            super().emit(record)
 
 
 def _expand(patterns: Sequence[str]) -> list[Path]:
@@ -452,10 +386,9 @@ def _print_outcome(o: Any) -> None:
     from .ci import EXIT_WORDS
 
     where = f" -> {rel(o.report_dir)}" if o.report_dir else ""
-    print(f"{rel(o.pipeline)}: {EXIT_WORDS.get(o.code, o.code).upper()} in {o.seconds:.1f} s{where}"
-          f"{' (cached)' if o.cached else ''}")
-    for line in (o.error or "").splitlines():
-        print(f"  {line}")
+    print_lines([f"{rel(o.pipeline)}: {EXIT_WORDS.get(o.code, o.code).upper()} in {o.seconds:.1f} s{where}"
+                 f"{' (cached)' if o.cached else ''}", *(f"  {line}" for line in (o.error or "").splitlines())],
+                sys.stdout)
 
 
 def _build_one(path: Path, args: argparse.Namespace, *, verbose: bool, single: bool = False) -> Any:
@@ -463,23 +396,22 @@ def _build_one(path: Path, args: argparse.Namespace, *, verbose: bool, single: b
     from .cache import BuildCache, default_dir
     from .ci import Outcome
     from .config import load_pipeline
+    from .console import Display, make_display
     from .pipeline import build
 
     start = time.perf_counter()
     try:
         config = load_pipeline(path)
-        progress: ProgressDisplay | None = None
+        progress: Display | None = None
         # edgeconv's own logger, set for this build (not the root logger: a host program's or an earlier
         # build's configuration must not decide what this one prints). -q and the builds of several
         # pipelines print only the result; the report keeps every finding.
         logger = logging.getLogger("edgeconv")
         logger.propagate = False
         if verbose:
-            display = ProgressDisplay(sys.stderr)
-            handler = _ClearingHandler(sys.stderr, display)
-            handler.setFormatter(_Formatter())
-            logger.handlers = [handler]
-            logger.setLevel(logging.INFO)
+            display = make_display(sys.stderr)
+            logger.handlers = [display.handler()]
+            logger.setLevel(logging.DEBUG if getattr(args, "verbose", False) else logging.INFO)
             progress = display
         else:
             logger.handlers = [logging.NullHandler()]
@@ -512,11 +444,10 @@ def _build_one(path: Path, args: argparse.Namespace, *, verbose: bool, single: b
 def _print_build(result: Any, cache: Any) -> None:
     from .report import console_lines
 
-    if result.cached and cache is not None:
-        print(f"cache: unchanged since the cached build; artifacts and report from {rel(cache.root)}")
-    for line in console_lines(result.report):
-        print(line)
-    print(f"model {rel(result.tflite_path)}, report {rel(result.output_dir / 'report.md')}")
+    cached = ([f"cache: unchanged since the cached build; artifacts and report from {rel(cache.root)}"]
+              if result.cached and cache is not None else [])
+    print_lines([*cached, *console_lines(result.report),
+                 f"model {rel(result.tflite_path)}, report {rel(result.output_dir / 'report.md')}"], sys.stdout)
 
 
 def _ci_outputs(outcomes: list[Any], args: argparse.Namespace) -> None:
@@ -549,7 +480,7 @@ def _ci_outputs(outcomes: list[Any], args: argparse.Namespace) -> None:
             print(line)
 
 
-def _validate(paths: Sequence[Path]) -> int:
+def _validate(paths: Sequence[Path], *, quiet: bool = False) -> int:
     """Every file is checked and every problem printed (a pre-commit hook passes several)."""
     from .config import ModelFormat, load_pipeline
 
@@ -563,6 +494,8 @@ def _validate(paths: Sequence[Path]) -> int:
             for line in str(exc).splitlines():
                 print(f"edgeconv: error: {line}", file=sys.stderr)
             failed = True
+            continue
+        if quiet:
             continue
         fmt = config.model.resolved_format()
         steps = ("an existing .tflite: checks only" if fmt is ModelFormat.TFLITE
@@ -595,15 +528,14 @@ def _check(args: argparse.Namespace) -> int:
         said = [f"**Model:** {found.sentence}", ""] if found is not None else []
         print("\n".join([f"# edgeconv check: {rel(args.model)}", "", *said] + targets_markdown(data)))
     else:
-        if found is not None:
-            print(f"model: {found.sentence}")
-        brief = found is not None and found.explains_every_op
+        lines = [f"model: {found.sentence}"] if found is not None and not args.quiet else []
+        brief = (found is not None and found.explains_every_op) or args.quiet
         for t in data:
-            _print_target(t, per_op=not brief)
-        if brief:
-            print("(every op fails an integer target for that reason; per-op details: --format md or json)")
-        for reason in result.gate["reasons"]:
-            print(f"gate: {reason}")
+            lines += _target_lines(t, per_op=not brief)
+        if brief and not args.quiet:
+            lines.append("(every op fails an integer target for that reason; per-op details: --format md or json)")
+        lines += [f"gate: {reason}" for reason in result.gate["reasons"]]
+        print_lines(lines, sys.stdout)
     return EXIT_OK if result.passed else EXIT_GATE
 
 
@@ -616,6 +548,9 @@ def _diff(args: argparse.Namespace) -> int:
     failed = regressions(changes, gates)
     if args.format == "json":
         print(json.dumps({**changes, "regressions": failed}, indent=2))
+    elif args.quiet and args.format == "text":  # only what fails the diff
+        for line in failed:
+            print(f"regression: {line}")
     else:
         lines = diff_markdown(changes, failed)
         if args.format == "md":
@@ -652,35 +587,38 @@ def _check_onnx(args: argparse.Namespace) -> int:
     return EXIT_GATE if warnings and args.fail_on_warnings else EXIT_OK
 
 
-def _print_target(t: Mapping[str, object], *, per_op: bool = True) -> None:
+def _target_lines(t: Mapping[str, object], *, per_op: bool = True) -> list[str]:
+    lines: list[str] = []
     c, shares = t["counts"], t["shares"]
     assert isinstance(c, dict) and isinstance(shares, dict)
     if t.get("error"):
-        print(f"{t['name']}: ERROR: {t['error']}")
-        return
+        return [f"{t['name']}: ERROR: {t['error']}"]
     uncertain = f", {c['uncertain']} uncertain" if c.get("uncertain") else ""
-    print(f"{t['name']}: {str(t['verdict']).upper()} ({c['supported']} supported{uncertain}, {c['cpu_fallback']} "
-          f"cpu_fallback, {c['unsupported']} unsupported; {shares['macs']:.1%} of MACs supported)")
+    lines.append(f"{t['name']}: {str(t['verdict']).upper()} ({c['supported']} supported{uncertain}, "
+                 f"{c['cpu_fallback']} cpu_fallback, {c['unsupported']} unsupported; {shares['macs']:.1%} of MACs "
+                 "supported)")
     from .report import estimates_line
 
     estimated = estimates_line(t)
     if estimated is not None:
-        print(f"  {estimated}")
+        lines.append(f"  {estimated}")
     blocking = t.get("first_blocking_op")
     if not per_op:
-        return
+        return lines
     if isinstance(blocking, dict):
-        print(f"  first blocking op: #{blocking['index']} {blocking['type']}: {'; '.join(blocking['reasons'])}")
+        lines.append(f"  first blocking op: #{blocking['index']} {blocking['type']}: "
+                     f"{'; '.join(blocking['reasons'])}")
     ops = t["ops"]
     assert isinstance(ops, list)
     for op in ops:
         if op.get("follows_blocking_op"):
             continue
         for v in op["violations"]:
-            print(f"  #{op['index']} {op['type']} [{v['effect']}] {v['rule']}: {v['detail']}")
+            lines.append(f"  #{op['index']} {op['type']} [{v['effect']}] {v['rule']}: {v['detail']}")
     following = sum(1 for op in ops if op.get("follows_blocking_op"))
     if following:
-        print(f"  {following} later op(s) run on the CPU only because they depend on a blocking op")
+        lines.append(f"  {following} later op(s) run on the CPU only because they depend on a blocking op")
+    return lines
 
 
 def _targets(args: argparse.Namespace) -> int:
@@ -694,6 +632,42 @@ def _targets(args: argparse.Namespace) -> int:
 
     width = max(60, min(shutil.get_terminal_size((100, 24)).columns, 120))
     print(describe(load_target(args.name), width=width, op=args.op))
+    return EXIT_OK
+
+
+def _view(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from . import explorer
+
+    with tempfile.TemporaryDirectory(prefix="edgeconv-view-") as scratch:
+        overlays = explorer.overlays_for(args.path, args.targets, Path(scratch))
+        port = args.port or explorer.free_port(args.host)
+
+        def ready(address: str) -> None:
+            if not args.quiet:
+                kept = ("Model Explorer's 'Add per-node data' loads them too" if overlays.kept else
+                        "written for this view and removed when it stops; a build keeps them in explorer/")
+                print(f"model {rel(overlays.model)}; overlays ({kept}):")
+                for f in overlays.files:
+                    print(f"  {rel(f)}")
+            print(f"Model Explorer: {address}")
+            if not args.quiet:
+                print("Ctrl-C stops it.")
+            sys.stdout.flush()
+            if not args.no_browser:
+                import webbrowser
+
+                webbrowser.open_new_tab(address)
+
+        try:
+            explorer.serve(overlays, args.host, port, ready)
+        except KeyboardInterrupt:  # how a viewer is stopped
+            print("edgeconv: Model Explorer stopped", file=sys.stderr)
+            return EXIT_OK
+        except Terminated:
+            print("edgeconv: terminated; Model Explorer stopped", file=sys.stderr)
+            return 143
     return EXIT_OK
 
 

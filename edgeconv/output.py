@@ -144,6 +144,7 @@ def commit(path: Path, files: Mapping[str, bytes]) -> None:
     try:
         os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it private; outputs are ordinary folders
         for name, data in files.items():
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)  # "explorer/edgetpu.status.json"
             (staging / name).write_bytes(data)
         (staging / MARKER).write_text("This folder is written by edgeconv and replaced on every build.\n")
         _step("staged")

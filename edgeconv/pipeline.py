@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import numpy as np
 
-from . import cancel, output, report, verdict
+from . import cancel, explorer, output, report, verdict
 from . import report_model as rm
 from ._version import __version__
 from .cache import BuildCache
@@ -81,8 +81,12 @@ def check(model_path: str | Path, targets: Sequence[str] = ("generic-int8",),
     """Check a .tflite file against targets (and gates). No TensorFlow involved. Accelerator targets
     must run the default share of the MACs (verdict.DEFAULTS) unless ``gates`` says otherwise."""
     loaded = [load_target(name) for name in targets]
+    start = time.perf_counter()
     model = read_tflite(model_path)
+    log.debug("read %s: %d ops in %d subgraph(s), %d tensors, in %.0f ms", rel(Path(model_path)), len(model.ops),
+              len(model.subgraphs), sum(len(s.tensors) for s in model.subgraphs), (time.perf_counter() - start) * 1e3)
     results = tuple(check_model(model, t) for t in loaded)
+    log.debug("checked against %s in %.0f ms", ", ".join(t.name for t in loaded), (time.perf_counter() - start) * 1e3)
     g = gates or GatesConfig()
     limits = verdict.Limits(max_cpu_fallback_ops=dict(g.max_cpu_fallback_ops),
                             min_supported_mac_share=dict(g.min_supported_mac_share), fail_on_warnings=g.fail_on_warnings)
@@ -369,6 +373,8 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
             if config.output.onnx is not None else None)
     fw = _firmware(config, model, exported.tflite, evaluation, batch)
     layer_names = loaded.graph.layer_names()
+    targets_json = report.targets_json(results, layer_names)
+    overlays = explorer.node_data(model, targets_json, verification.op_errors)
     checks = (*verdict.target_checks(results, limits, layer_names), *early_checks, invoke_check,
               *verification.checks, *(onnx.checks if onnx is not None else ()),
               *verdict.memory_checks(fw.memory, limits))
@@ -377,14 +383,14 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
         **_head(config, out_dir),
         "model": _model_json(config, out_dir, loaded.format, loaded.framework, loaded.graph.inputs,
                              loaded.graph.outputs, len(loaded.graph.layers), loaded.notes),
-        "artifacts": _artifacts(config, model),
+        "artifacts": _artifacts(config, model, overlays),
         "passes": [report.pass_json(p) for p in pass_results],
         "equivalence": equivalence,
         "quantization": _quantization_json(config, out_dir, calib if cal_cfg is not None else None, warnings,
                                            targets),
         "evaluation": _data_json(evaluation, out_dir) if evaluation is not None else None,
         "tflite": report.model_json(model),
-        "targets": report.targets_json(results, layer_names),
+        "targets": targets_json,
         "gate": verdict.Verdict(checks).to_json(),
         "memory": fw.memory,
         "firmware": fw.firmware,
@@ -399,7 +405,7 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     if baseline is not None:
         body = _against_baseline(body, baseline, checks, config)
     graph_io = ([i.node for i in loaded.graph.inputs], [canonical(o.tensor) for o in loaded.graph.outputs])
-    files = {**fw.files, **(onnx.files if onnx is not None else {})}
+    files = {**fw.files, **(onnx.files if onnx is not None else {}), **overlays}
     return _commit(config, out_dir, tflite_name, exported.tflite, body, results, graph_io, files)
 
 
@@ -409,6 +415,7 @@ class Verification:
 
     parity: rm.Parity | None = None
     culprits: list[rm.Culprit] | None = None
+    op_errors: list[rm.Culprit] | None = None  # every op's, for the Model Explorer overlay
     keep_float_suggestion: rm.KeepFloatSuggestion | None = None
     checks: tuple[verdict.Check, ...] = ()
 
@@ -533,8 +540,8 @@ def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, convert
             return verdict.failed_sentences(verdict.agreement_checks(measured, limits)), cost
 
         suggestion = culprits.suggest(ranked, config.verify.max_keep_float, trial)
-    return Verification(result, ranked[:config.verify.culprits] if ranked is not None else None, suggestion,
-                        tuple(checks))
+    return Verification(result, ranked[:config.verify.culprits] if ranked is not None else None, ranked,
+                        suggestion, tuple(checks))
 
 
 def _onnx(config: PipelineConfig, graph: FrozenGraph, reference: Any, tflite: bytes, model: TFLiteModel,
@@ -708,6 +715,8 @@ def _check_existing(config: PipelineConfig, out_dir: Path, targets: list[Target]
     source["outputs"] = [{"name": t.get("signature_name", t["name"]), "shape": t["shape"], "dtype": t["dtype"]}
                          for t in io["outputs"]]
     fw = _firmware(config, model, data, None, 1)
+    targets_json = report.targets_json(results)
+    overlays = explorer.node_data(model, targets_json)
     limits = gate_limits(config)
     checks = (*verdict.target_checks(results, limits),
               *(verdict.off(f"{i}", note) for i, note in enumerate(limits.notes)),
@@ -715,13 +724,13 @@ def _check_existing(config: PipelineConfig, out_dir: Path, targets: list[Target]
     body: rm.Report = {
         **_head(config, out_dir),
         "model": source,
-        "artifacts": _artifacts(config, model),
+        "artifacts": _artifacts(config, model, overlays),
         "passes": [],
         "equivalence": None,
         "quantization": None,
         "evaluation": None,
         "tflite": io,
-        "targets": report.targets_json(results),
+        "targets": targets_json,
         "gate": verdict.Verdict(checks).to_json(),
         "memory": fw.memory,
         "firmware": fw.firmware,
@@ -735,7 +744,7 @@ def _check_existing(config: PipelineConfig, out_dir: Path, targets: list[Target]
     }
     if baseline is not None:
         body = _against_baseline(body, baseline, checks, config)
-    return _commit(config, out_dir, tflite_name, data, body, results, None, fw.files)
+    return _commit(config, out_dir, tflite_name, data, body, results, None, {**fw.files, **overlays})
 
 
 def _against_baseline(body: rm.Report, baseline: Mapping[str, Any], checks: Sequence[verdict.Check],
@@ -841,9 +850,10 @@ def _head(config: PipelineConfig, out_dir: Path) -> _Head:
     }
 
 
-def _artifacts(config: PipelineConfig, model: TFLiteModel) -> rm.Artifacts:
+def _artifacts(config: PipelineConfig, model: TFLiteModel, overlays: Mapping[str, bytes]) -> rm.Artifacts:
     return {
         "tflite": {"path": f"{config.build_name}.tflite", "sha256": model.sha256, "bytes": model.size},
         "report_md": {"path": "report.md"},
         "resolved_pipeline": {"path": "pipeline.resolved.yaml"},
+        "explorer": [{"path": name} for name in overlays],
     }

@@ -309,6 +309,12 @@ def to_markdown(report: Mapping[str, Any]) -> str:
     if model.get("notes"):
         lines += ["## Loading", ""] + [f"- {_esc(n)}" for n in model["notes"]] + [""]
     lines += ["## Targets", ""] + targets_markdown(report["targets"]) + [""]
+    overlays = [o["path"] for o in report["artifacts"].get("explorer", [])]
+    if overlays:
+        sqnr = " and the per-op quantization SQNR" if any(p.endswith("quantization-sqnr.json") for p in overlays) else ""
+        lines += [f"On the graph: `edgeconv view` on this folder opens the model in Model Explorer with each target's "
+                  f"op status, rule and fix{sqnr} (node data files in `explorer/`; any Model Explorer loads them "
+                  "with 'Add per-node data').", ""]
     if report["passes"]:
         lines += ["## What the passes changed", ""]
     for p in report["passes"]:

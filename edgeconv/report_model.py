@@ -93,6 +93,9 @@ class Artifacts(TypedDict):
     tflite: TfliteArtifact
     report_md: NotRequired[Artifact]
     resolved_pipeline: NotRequired[Artifact]
+    explorer: NotRequired[Annotated[list[Artifact], Doc(
+        "Model Explorer node data: each target's op status and its rule and fix, the per-op quantization SQNR "
+        "(edgeconv view shows them; any Model Explorer loads them with 'Add per-node data')")]]
 
 
 class Rewrite(TypedDict):

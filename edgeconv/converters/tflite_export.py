@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import json
+import logging
 import os
 import queue
 import re
@@ -32,6 +33,7 @@ from .tf_graph import save_serving_model
 WORKER = "edgeconv.converters._tflite_worker"
 EXIT_CONVERTER_ERROR = 2  # the worker's exit code when the converter rejected the model
 _LOG_TAIL = 40
+_log = logging.getLogger("edgeconv")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +140,9 @@ class Worker:
             code = self._proc.wait()
         self._log.seek(offset)
         log = self._log.read().decode(errors="replace")
+        for line in log.splitlines():  # the converter's own lines (TensorFlow's warnings): -v shows them
+            if line.strip():
+                _log.debug("converter: %s", line)
         if kind == "gone" or code not in (0, EXIT_CONVERTER_ERROR):
             self.close()  # its state is unknown: the next job gets a new worker
         return code, log

@@ -111,7 +111,8 @@ def _entry(project: Path) -> Path:
     return meta.parent
 
 
-@pytest.mark.parametrize("damage", ["truncated_tflite", "flipped_report", "other_model_patched_report"])
+@pytest.mark.parametrize("damage", ["truncated_tflite", "flipped_report", "other_model_patched_report",
+                                    "name_leaving_the_entry"])
 def test_a_damaged_or_planted_entry_is_never_served(project: Path, damage: str,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """A cached .tflite truncated, a report bit-flipped, or another valid model planted with its report and
@@ -131,6 +132,11 @@ def test_a_damaged_or_planted_entry_is_never_served(project: Path, damage: str,
         data[100] ^= 0x01
         (files / "report.json").write_bytes(bytes(data))
         expected = "is corrupt (report.json changed since it was stored)"
+    elif damage == "name_leaving_the_entry":  # an entry.json that would read (and write) outside the cache
+        meta = json.loads((entry / "entry.json").read_text())
+        meta["files"]["../../../pipeline.yaml"] = meta["files"].pop("report.json")
+        (entry / "entry.json").write_text(json.dumps(meta))
+        expected = "is unreadable (a file name leaves the entry); building"
     else:  # the planted model carries a report that names it; only the entry's own hashes are stale
         planted = (REPO / "tests" / "data" / "ops" / "conv2d.int8.tflite").read_bytes()
         (files / "digits.tflite").write_bytes(planted)

@@ -32,7 +32,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_builds_and_passes(built: dict[str, Any]) -> None:
     assert built["code"] == 0
     assert sorted(p.name for p in built["out"].iterdir()) == [
-        ".edgeconv-output", "digits.tflite", "pipeline.resolved.yaml", "report.json", "report.md"]
+        ".edgeconv-output", "digits.tflite", "explorer", "pipeline.resolved.yaml", "report.json", "report.md"]
     assert (built["report"]["gate"]["verdict"], built["report"]["gate"]["reasons"]) == ("pass", [])
     assert built["report"]["gate"]["disabled"] == []  # the example meets every strict default
     assert {c["id"] for c in built["report"]["gate"]["checks"]} >= {
@@ -97,6 +97,33 @@ def test_resolved_pipeline_rebuilds_the_same_config(built: dict[str, Any]) -> No
     assert resolved.model.path == original.model.path and resolved.calibration == original.calibration
     assert resolved.output_dir == built["out"]
     assert yaml.safe_load((built["out"] / "pipeline.resolved.yaml").read_text())["verify"]["pass_tolerance"] == 1e-5
+
+
+def test_the_model_explorer_overlays_cover_every_op(built: dict[str, Any]) -> None:
+    """Every op of the built model has its status per target and its quantization SQNR (the whole per-op
+    ranking, not only the culprits the report lists); the report's culprits agree with the overlay."""
+    out, report = built["out"], built["report"]
+    model = read_tflite(out / "digits.tflite")
+    # SOFTMAX falls back to LiteRT's builtin kernel on arm-neon, RESHAPE to a reference kernel on TFLite Micro.
+    assert [a["path"] for a in report["artifacts"]["explorer"]] == [
+        "explorer/generic-int8.status.json", "explorer/arm-neon.status.json", "explorer/arm-neon.why.json",
+        "explorer/edgetpu.status.json", "explorer/tflm-cmsis-nn.status.json", "explorer/tflm-cmsis-nn.why.json",
+        "explorer/quantization-sqnr.json"]
+    indices = sorted(str(op.index) for op in model.ops)
+    for t in report["targets"]:
+        status = json.loads((out / "explorer" / f"{t['name']}.status.json").read_text())["main"]["results"]
+        by_op = {str(op["index"]): op["status"] for op in t["ops"]}
+        assert {k: v["value"] for k, v in status.items()} == by_op and sorted(status) == indices
+        if (out / "explorer" / f"{t['name']}.why.json").exists():
+            why = json.loads((out / "explorer" / f"{t['name']}.why.json").read_text())["main"]["results"]
+            assert sorted(why) == sorted(k for k, v in by_op.items() if v != "supported")
+            (only,) = why.values()
+            assert only["value"].startswith(f"{t['name']}.")
+    sqnr = json.loads((out / "explorer" / "quantization-sqnr.json").read_text())["main"]["results"]
+    assert sorted(sqnr) == indices
+    producer = {op.outputs[0].name: str(op.index) for op in model.ops}
+    for culprit in report["culprits"]:
+        assert sqnr[producer[culprit["tensor"]]]["value"] == pytest.approx(culprit["sqnr_db"], abs=0.005)
 
 
 def test_markdown_report_reads_well(built: dict[str, Any]) -> None:

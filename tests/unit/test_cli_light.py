@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,28 +86,119 @@ class _Stream(io.StringIO):
         return self.tty
 
 
-def test_progress_is_a_bar_on_a_terminal_and_lines_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
-    from edgeconv import cli
+def test_progress_in_ci_is_a_plain_line_every_ten_percent(monkeypatch: pytest.MonkeyPatch) -> None:
+    from edgeconv import console
 
     clock = iter(float(t) for t in range(100))
-    monkeypatch.setattr(cli.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(console.time, "monotonic", lambda: next(clock))
     ci = _Stream(tty=False)
-    display = cli.ProgressDisplay(ci)
+    display = console.LineProgress(ci)
     for done in (1, 5, 10, 11, 20):
         display("calibrating", done, 20)
+    display("loading the model", 0, 0)  # a stage without a count: its start is already a log line
+    display("loading the model", 1, 0)
+    display("reading evaluation data", 360, 360)  # instant: no rate, no time left
     assert ci.getvalue().splitlines() == [
-        "edgeconv: calibrating: 1/20 samples (5%), -, ETA -",
+        "edgeconv: calibrating: 1/20 samples (5%)",
         "edgeconv: calibrating: 5/20 samples (25%), 5.0 samples/s, ETA 3 s",
         "edgeconv: calibrating: 10/20 samples (50%), 5.0 samples/s, ETA 2 s",
-        "edgeconv: calibrating: 20/20 samples (100%), 5.0 samples/s, ETA -"]
+        "edgeconv: calibrating: 20/20 samples (100%), 5.0 samples/s",
+        "edgeconv: reading evaluation data: 360/360 samples (100%)"]
+
+
+@pytest.mark.parametrize(("tty", "env", "expected"), [
+    (True, {}, "LiveProgress"),
+    (False, {}, "LineProgress"),
+    (True, {"CI": "true"}, "LineProgress"),
+    (True, {"CI": "0"}, "LiveProgress"),
+    (True, {"TERM": "dumb"}, "LineProgress"),
+], ids=["terminal", "pipe", "ci", "ci-off", "dumb-terminal"])
+def test_a_terminal_gets_the_live_display_and_ci_logs_plain_lines(monkeypatch: pytest.MonkeyPatch, tty: bool,
+                                                                   env: dict[str, str], expected: str) -> None:
+    from edgeconv import console
+
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("TERM", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    display = console.make_display(_Stream(tty=tty))
+    try:
+        assert type(display).__name__ == expected
+    finally:
+        display.stop()
+
+
+def _live() -> tuple[Any, io.StringIO]:
+    from rich.console import Console
+
+    from edgeconv import console
+
+    screen = io.StringIO()
+    return console.LiveProgress(screen, Console(file=screen, force_terminal=True, width=100,
+                                                color_system=None, _environ={})), screen
+
+
+def test_the_live_display_spins_for_a_stage_without_a_count_and_draws_a_bar_with_the_count() -> None:
+    pytest.importorskip("rich")
+    display, screen = _live()
+    display("loading the model", 0, 0)
+    display("calibrating", 3, 8)
+    display.progress.refresh()
+    drawn = screen.getvalue().splitlines()[-2:]
+    spinner, bar = (re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", line).strip() for line in drawn)
+    assert re.fullmatch(r"\S edgeconv: loading the model +\S+ +0:00:0\d", spinner), spinner
+    assert re.fullmatch(r"\S edgeconv: calibrating +\S+ +3/8 samples.* 0:00:0\d", bar), bar
+    display("calibrating", 8, 8)  # a finished stage leaves the live lines
+    display("loading the model", 1, 0)
+    assert display.tasks == {} and not display.progress.tasks
+    display.stop()
+    assert not display.progress.live.is_started
+
+
+def test_log_lines_print_above_the_live_display_warnings_in_yellow() -> None:
+    import logging
+
+    pytest.importorskip("rich")
+    from rich.console import Console
+
+    from edgeconv import console
+
+    screen = io.StringIO()
+    display = console.LiveProgress(screen, Console(file=screen, force_terminal=True, width=100,
+                                                   color_system="standard", _environ={}))
+    handler = display.handler()
+    display("converting", 0, 0)
+    handler.handle(logging.LogRecord("edgeconv", logging.INFO, __file__, 1, "pass strip-training: %d", (16,), None))
+    handler.handle(logging.LogRecord("edgeconv", logging.WARNING, __file__, 1, "2 samples saturate", None, None))
+    display("converting", 1, 0)
+    handler.handle(logging.LogRecord("edgeconv", logging.INFO, __file__, 1, "checking 8 ops", None, None))
+    display.stop()
+    text = screen.getvalue()
+    assert "edgeconv: pass strip-training: 16\n" in text
+    assert "\x1b[33medgeconv: warning: 2 samples saturate\x1b[0m" in text  # yellow
+    assert "converting" not in text.split("edgeconv: checking 8 ops")[1]  # an ended stage is not drawn again
+
+
+def test_result_lines_are_plain_in_logs_and_coloured_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    from edgeconv import console
+
+    lines = ["edgetpu: FAIL (64 supported, 8 cpu_fallback, 0 unsupported)", "  #71 ARG_MAX [cpu_fallback] x",
+             "gate: PASS"]
+    logged = _Stream(tty=False)
+    console.print_lines(lines, logged)
+    assert logged.getvalue() == "\n".join(lines) + "\n"
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
     terminal = _Stream(tty=True)
-    display = cli.ProgressDisplay(terminal)
-    display("calibrating", 0, 8)
-    display("calibrating", 8, 8)
+    console.print_lines(lines, terminal)
     text = terminal.getvalue()
-    assert text.startswith("\redgeconv: calibrating [........................] 0/8 -, ETA -")
-    assert "\redgeconv: calibrating [########################] 8/8 8.0 samples/s, ETA -" in text
-    assert text.endswith("\n") and text.count("\n") == 1
+    assert "\x1b[1;31mFAIL\x1b[0m" in text and "\x1b[1;32mPASS\x1b[0m" in text
+    assert re.sub(r"\x1b\[[0-9;]*m", "", text) == "\n".join(lines) + "\n"  # only colour added
+    monkeypatch.setenv("NO_COLOR", "1")
+    plain = _Stream(tty=True)
+    console.print_lines(lines, plain)
+    assert not re.search(r"\x1b\[[0-9;]*3[0-9]m", plain.getvalue())  # NO_COLOR: no colour (bold stays)
 
 
 @pytest.mark.parametrize(("argv", "expected"), [
@@ -147,36 +240,3 @@ def test_a_ci_output_that_cannot_be_written_is_refused_before_any_build(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker"]  # nothing built, nothing written
 
 
-def test_a_stage_without_a_count_spins_on_a_terminal_and_is_quiet_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
-    import logging
-
-    from edgeconv import cli
-
-    now = [100.0]
-    monkeypatch.setattr(cli.time, "monotonic", lambda: now[0])
-    terminal = _Stream(tty=True)
-    display = cli.ProgressDisplay(terminal)
-    display.ticker = object()  # type: ignore[assignment]  # frames are drawn by hand here, not by the thread
-    display("loading the model", 0, 0)
-    now[0] = 101.9
-    display.draw_spinner(0)
-    assert terminal.getvalue() == ""  # nothing for a stage shorter than SPIN_AFTER_S
-    now[0] = 102.0
-    display.draw_spinner(1)
-    assert terminal.getvalue() == "\redgeconv: loading the model / 2 s  "
-    handler = cli._ClearingHandler(terminal, display)
-    handler.setFormatter(cli._Formatter())
-    handler.emit(logging.LogRecord("edgeconv", logging.INFO, __file__, 1, "pass strip-training", None, None))
-    assert terminal.getvalue().endswith("/ 2 s  \r\033[Kedgeconv: pass strip-training\n")  # the log line is whole
-    display("calibrating", 3, 8)  # a counted bar wins over the spinner for a second
-    now[0] = 102.5
-    before = terminal.getvalue()
-    display.draw_spinner(2)
-    assert terminal.getvalue() == before
-    display("loading the model", 1, 0)
-    assert terminal.getvalue().endswith("\r\033[K") and display.spinning is None
-    ci = _Stream(tty=False)
-    quiet = cli.ProgressDisplay(ci)
-    quiet("loading the model", 0, 0)
-    quiet("loading the model", 1, 0)
-    assert ci.getvalue() == "" and quiet.ticker is None  # CI logs have the stage's log line instead

@@ -1,0 +1,179 @@
+"""What a person sees while edgeconv works: progress and log lines, and the result in colour.
+
+Two displays take the same calls (``progress(stage, done, total)``, as the build reports its stages):
+
+- on a terminal, :class:`LiveProgress`, built on rich: a live line per running stage with a spinner and
+  the elapsed time, a bar with the count, rate and time left where the count is known; log lines print
+  above it; nothing of it stays on the screen when the build ends (the result lines follow, with the
+  time of each stage);
+- in CI logs and pipes (``CI`` set, or not a terminal), :class:`LineProgress`: plain lines, a counted stage
+  every 10 %, no carriage returns, no colour.
+
+A stage without a count is reported with ``total == 0``: ``done`` 0 when it starts, 1 when it ends.
+rich is imported only for a terminal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+
+class Display(Protocol):
+    def __call__(self, stage: str, done: int, total: int) -> None: ...
+
+    def handler(self) -> logging.Handler:
+        """Where log lines go while the display runs."""
+
+    def stop(self) -> None:
+        """The work is over (done or failed): nothing may draw after this."""
+
+
+class Formatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        level = "warning: " if record.levelno >= logging.WARNING else ""
+        return f"edgeconv: {level}{record.getMessage()}"
+
+
+def live(stream: Any) -> bool:
+    """A person watches ``stream``: a terminal, not CI, not TERM=dumb."""
+    if os.environ.get("CI", "").lower() not in ("", "0", "false") or os.environ.get("TERM") == "dumb":
+        return False
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
+def make_display(stream: Any) -> Display:
+    return LiveProgress(stream) if live(stream) else LineProgress(stream)
+
+
+class LineProgress:
+    """CI logs: a counted stage prints a line every 10 %; a stage without a count prints nothing (its start
+    is already a log line)."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.started: dict[str, float] = {}
+        self.shown: dict[str, int] = {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if total == 0:
+            return
+        now = time.monotonic()
+        start = self.started.setdefault(stage, now)
+        rate = done / (now - start) if now > start else 0.0
+        step = done * 10 // max(total, 1)
+        if step > self.shown.get(stage, -1):
+            self.shown[stage] = step
+            # A rate and a time left only once there is one (an instant stage says neither).
+            speed = f", {rate:.1f} samples/s" if rate > 0 else ""
+            left = f", ETA {(total - done) / rate:.0f} s" if rate > 0 and done < total else ""
+            self.stream.write(f"edgeconv: {stage}: {done}/{total} samples ({done * 100 // max(total, 1)}%)"
+                              f"{speed}{left}\n")
+            self.stream.flush()
+
+    def handler(self) -> logging.Handler:
+        handler = logging.StreamHandler(self.stream)
+        handler.setFormatter(Formatter())
+        return handler
+
+    def stop(self) -> None:
+        pass
+
+
+class LiveProgress:
+    """A terminal: rich's live progress, one line per running stage."""
+
+    def __init__(self, stream: Any, console: Any = None) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.console = console or Console(file=stream, highlight=False)
+        self.progress = Progress(SpinnerColumn(), TextColumn("edgeconv: {task.description}"), BarColumn(),
+                                 _count_column()(), TimeElapsedColumn(), console=self.console, transient=True)
+        self.tasks: dict[str, Any] = {}
+        self.progress.start()
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        task = self.tasks.get(stage)
+        if total == 0 and done > 0 or total > 0 and done >= total:
+            if task is not None:
+                self.progress.remove_task(self.tasks.pop(stage))
+                self.progress.refresh()  # now, not at the next tick: a log line printed meanwhile redraws it
+            return
+        if task is None:
+            task = self.tasks[stage] = self.progress.add_task(stage, total=total or None)
+        if total:
+            self.progress.update(task, completed=done)
+
+    def handler(self) -> logging.Handler:
+        return _ConsoleHandler(self.console)
+
+    def stop(self) -> None:
+        for task in self.tasks.values():
+            self.progress.remove_task(task)
+        self.tasks.clear()
+        self.progress.stop()
+
+
+class _ConsoleHandler(logging.Handler):
+    """Log lines above the live display (rich keeps the live lines below them); warnings in yellow."""
+
+    def __init__(self, console: Any) -> None:
+        super().__init__()
+        self.console = console
+        self.setFormatter(Formatter())
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            style = "yellow" if record.levelno >= logging.WARNING else None
+            self.console.print(self.format(record), style=style, markup=False, highlight=False, soft_wrap=True)
+        except Exception:  # a log line must never end the build
+            self.handleError(record)
+
+
+def _count_column() -> Any:
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class CountColumn(ProgressColumn):
+        """``3/8 samples, 2.5/s, 2 s left`` for a counted stage; nothing for a stage without a count."""
+
+        def render(self, task: Any) -> Text:
+            if not task.total:
+                return Text("")
+            speed = f", {task.speed:.1f}/s" if task.speed else ""
+            left = f", {task.time_remaining:.0f} s left" if task.time_remaining is not None and speed else ""
+            return Text(f"{task.completed:.0f}/{task.total:.0f} samples{speed}{left}")
+
+    return CountColumn
+
+
+# -- the result, coloured on a terminal ---------------------------------------------------------
+
+_WORDS = re.compile(r"\b(PASS|FAIL|ERROR|CACHED)\b|\[(supported|uncertain|cpu_fallback|unsupported)\]")
+_STYLES = {"PASS": "bold green", "FAIL": "bold red", "ERROR": "bold red", "CACHED": "cyan",
+           "supported": "green", "uncertain": "yellow", "cpu_fallback": "dark_orange", "unsupported": "red"}
+
+
+def print_lines(lines: Iterable[str], stream: Any) -> None:
+    """The result: plain where it is logged, verdict words in colour on a terminal (NO_COLOR turns it off)."""
+    if not live(stream):
+        for line in lines:
+            stream.write(line + "\n")
+        stream.flush()
+        return
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(file=stream, highlight=False, soft_wrap=True)
+    for line in lines:
+        text = Text(line)
+        for match in _WORDS.finditer(line):
+            word = match.group(1) or match.group(2)
+            start = match.start(1) if match.group(1) else match.start(2)
+            text.stylize(_STYLES[word], start, start + len(word))
+        console.print(text)

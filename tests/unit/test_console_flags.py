@@ -1,0 +1,88 @@
+"""-q and -v on every command (issue 18): -q prints only the result, -v adds debug lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgeconv.cli import _parser, main
+
+from ..conftest import REPO, run_edgeconv
+
+DATA = REPO / "tests" / "data"
+
+
+def _leaves() -> list[list[str]]:
+    """Every command as argv prefixes: build, check, ..., targets list, targets show, passes list."""
+    import argparse
+
+    def walk(parser: argparse.ArgumentParser, prefix: list[str]) -> list[list[str]]:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            return [prefix]
+        return [leaf for name, child in subs[0].choices.items() for leaf in walk(child, [*prefix, name])]
+
+    return walk(_parser(), [])
+
+
+@pytest.mark.parametrize("command", _leaves(), ids=" ".join)
+def test_every_command_takes_q_and_v_and_refuses_both(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    parser = _parser()
+    for flag in ("-q", "--quiet", "-v", "--verbose"):
+        with pytest.raises(SystemExit) as done:
+            parser.parse_args([*command, flag, "--help"])
+        assert done.value.code == 0
+    help_text = capsys.readouterr().out
+    assert "-q, --quiet" in help_text and "-v, --verbose" in help_text
+    with pytest.raises(SystemExit) as done:
+        parser.parse_args([*command, "-q", "-v"])
+    assert done.value.code == 2
+    assert "argument -v/--verbose: not allowed with argument -q/--quiet" in capsys.readouterr().err
+
+
+def test_validate_q_prints_nothing_for_valid_files_and_still_names_errors(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "-q", str(REPO / "pipeline.yaml")]) == 0
+    assert capsys.readouterr() == ("", "")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nmodel: {path: m.keras}\ntargets: [edgetpus]\n")
+    assert main(["validate", "-q", str(bad)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "did you mean 'edgetpu'?" in err
+
+
+def test_check_q_prints_one_line_per_target_and_the_gate() -> None:
+    done = run_edgeconv("check", "-q", DATA / "sin-island.int8.tflite", "--target", "generic-int8",
+                        "--target", "arm-neon")
+    assert done.returncode == 1
+    assert done.stdout.splitlines() == [
+        "generic-int8: FAIL (2 supported, 0 cpu_fallback, 3 unsupported; 100.0% of MACs supported)",
+        "arm-neon: PASS (5 supported, 0 cpu_fallback, 0 unsupported; 100.0% of MACs supported)",
+        "gate: target generic-int8: 3 unsupported op(s): DEQUANTIZE x1, QUANTIZE x1, SIN x1"]
+    assert done.stderr == ""
+
+
+def test_check_v_adds_debug_lines_on_stderr_and_leaves_stdout_as_it_was() -> None:
+    plain = run_edgeconv("check", DATA / "conv2d-relu.int8.tflite")
+    loud = run_edgeconv("check", "-v", DATA / "conv2d-relu.int8.tflite")
+    assert loud.stdout == plain.stdout and plain.stderr == ""
+    lines = loud.stderr.splitlines()
+    assert lines[0].startswith("edgeconv: read tests/data/conv2d-relu.int8.tflite: 1 ops in 1 subgraph(s), ")
+    assert lines[1].startswith("edgeconv: checked against generic-int8 in ")
+
+
+def test_diff_q_prints_only_the_regressions(tmp_path: Path) -> None:
+    from .test_diff_inputs import GOOD
+
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(json.dumps(GOOD))
+    new.write_text(json.dumps({**GOOD, "tflite": {**GOOD["tflite"], "sha256": "b" * 64, "bytes": 130}}))
+    loose = run_edgeconv("diff", "-q", old, new)
+    assert (loose.returncode, loose.stdout, loose.stderr) == (0, "", "")
+    strict = run_edgeconv("diff", "-q", old, new, "--max-size-growth", "0.1")
+    assert strict.returncode == 1
+    assert strict.stdout.splitlines() == [f"regression: {line}" for line in json.loads(
+        run_edgeconv("diff", old, new, "--max-size-growth", "0.1", "--format", "json").stdout)["regressions"]]
+    assert len(strict.stdout.splitlines()) == 1 and "30.0%" in strict.stdout
