@@ -97,6 +97,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="build even when the cache holds this build (also: EDGECONV_NO_CACHE=1)")
     b.add_argument("--cache-dir", type=Path, metavar="DIR",
                    help="build cache folder (default: $EDGECONV_CACHE_DIR, else ~/.cache/edgeconv)")
+    b.add_argument("--repair", action="store_true",
+                   help="when the agreement or accuracy gates fail, search for the cheapest quantization change "
+                        "every target runs that passes them, and build with it (as repair.enabled)")
     b.add_argument("--suggest-keep-float", action="store_true",
                    help="try keeping the layers that add the most quantization error in float, one more at a time, "
                         "until the parity gates pass (as verify.suggest_keep_float)")
@@ -419,7 +422,7 @@ def _build_one(path: Path, args: argparse.Namespace, *, verbose: bool, single: b
         cache = None if no_cache else BuildCache(args.cache_dir or default_dir())
         try:
             result = build(config, out=args.out, progress=progress, suggest_keep_float=args.suggest_keep_float,
-                           cache=cache, baseline=args.baseline)
+                           cache=cache, baseline=args.baseline, repair=args.repair)
         finally:
             if progress is not None:
                 progress.stop()

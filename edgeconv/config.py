@@ -244,6 +244,20 @@ class VerifyConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class RepairConfig:
+    """When the quantized model fails the agreement or accuracy gates: search for the cheapest change to the
+    quantization that passes them, within what every target runs (also edgeconv build --repair)."""
+
+    enabled: bool = setting(
+        "Search when the agreement or accuracy gates fail: per-channel weights, more calibration samples, the "
+        "worst ops kept in float, int16 activations (each only where every target runs it). The output is "
+        "built with the change chosen, and report.md shows it as a snippet to paste.", default=False)
+    max_trials: int = setting("Most trials (conversions) the search runs.", default=8, minimum=1)
+    max_minutes: float = setting("Time budget of the search; no trial starts after it.", default=20.0,
+                                 minimum=0.0)
+
+
+@dataclasses.dataclass(frozen=True)
 class GatesConfig:
     """Thresholds that fail the build (exit 1) beyond the target verdicts. Keys are target names."""
 
@@ -493,6 +507,7 @@ class PipelineConfig:
             {"enum": sorted(builtin_target_names())},
             {"type": "string", "pattern": r"\.ya?ml$", "description": "path to a target file"}]}})
     verify: VerifyConfig = setting("Numerical checks.", factory=VerifyConfig)
+    repair: RepairConfig = setting("The search for a quantization that passes the gates.", factory=RepairConfig)
     gates: GatesConfig = setting("Extra gates on the target results.", factory=GatesConfig)
     output: OutputConfig = setting("Output settings.", factory=OutputConfig)
     requires: Mapping[str, str] = setting(
@@ -673,7 +688,7 @@ def _check_calibration(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> Non
     cal, model = config.calibration, config.model
     if _is_tflite(model):
         # Settings that would silently do nothing are errors, like unknown keys.
-        for key in ("calibration", "evaluation", "passes", "quantization", "verify"):
+        for key in ("calibration", "evaluation", "passes", "quantization", "verify", "repair"):
             at = _node_at(root, key)
             if at is not root:
                 ctx.error(at, key, "does not apply to an existing .tflite model (it is checked as it is: no "
@@ -836,6 +851,12 @@ def _check_verification(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> No
             if not target.quantization.float_fallback:
                 ctx.error(at, "verify.suggest_keep_float", f"target {target.name!r} runs no float ops left in a "
                           f"quantized model: {quantization_line(target)}")
+    if config.repair.enabled and (config.evaluation is None or not v.parity):
+        ctx.error(_node_at(root, "repair", "enabled"), "repair.enabled",
+                  "needs an evaluation section and verify.parity (the gates it meets are measured there)")
+    if config.repair.enabled and not config.quantization.mode.calibrated:
+        ctx.error(_node_at(root, "repair", "enabled"), "repair.enabled",
+                  f"applies to modes int8 and int16x8 only (mode is {config.quantization.mode.value})")
     if o.c_array is not None and o.c_array.name is not None and not valid_identifier(o.c_array.name):
         ctx.error(_node_at(root, "output", "c_array", "name"), "output.c_array.name",
                   f"{o.c_array.name!r} is not a C identifier (letters, digits and _, not starting with a digit)")

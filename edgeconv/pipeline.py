@@ -14,7 +14,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
@@ -143,7 +143,7 @@ def _deterministic(run: Any, feeds: dict[str, np.ndarray]) -> bool:
 
 def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = None,
           progress: Progress | None = None, suggest_keep_float: bool = False,
-          cache: BuildCache | None = None, baseline: str | Path | None = None) -> BuildResult:
+          cache: BuildCache | None = None, baseline: str | Path | None = None, repair: bool = False) -> BuildResult:
     """Run the pipeline: load, clean, prove, quantize, check, and write the output folder.
 
     Raises EdgeconvError for user mistakes (nothing is written), InternalError for
@@ -154,9 +154,12 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
     starts and 1 when it ends. With ``cache``, an
     unchanged rebuild writes the cached artifacts and report instead (``BuildResult.cached``).
     With ``baseline`` (an earlier report.json or its folder), the report says what changed and the
-    regression gates (gates.max_size_growth, ...) can fail the build.
+    regression gates (gates.max_size_growth, ...) can fail the build. ``repair`` turns on the search for a
+    quantization that passes the agreement gates (as ``repair.enabled``).
     """
     config = pipeline if isinstance(pipeline, PipelineConfig) else load_pipeline(pipeline)
+    if repair and not config.repair.enabled:
+        config = _with_repair(config)
     out_dir = Path(out).resolve() if out is not None else config.output_dir
     output.recover(out_dir)
     _output_holds_no_input(config, out_dir)
@@ -270,7 +273,9 @@ def _from_cache(config: PipelineConfig, out_dir: Path, targets: list[Target], ke
 
 def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: Path,
            progress: Progress | None, suggest_keep_float: bool, baseline: dict[str, Any] | None,
-           worker: Worker) -> BuildResult:
+           worker: Worker, repaired: rm.Repair | None = None) -> BuildResult:
+    """One build. ``repaired``: this build applies the change a repair search chose (it does not search
+    again; the report carries the search)."""
     cal_cfg = config.calibration
     q = config.quantization
     clock = _Clock(progress)
@@ -363,10 +368,30 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     invoke_check = verdict.simple("runtime.invoke", verdict.Kind.RUNTIME, not runs["failed"], invoke.sentence(runs),
                                   runs["failed"], 0)
     clock.lap("invoke")
+
+    def recollect(cfg: CalibrationConfig, n: int) -> SampleSet:
+        (work / f"repair-data-{n}").mkdir()
+        return _collect(cfg, "calibration", inputs, config, work / f"repair-data-{n}", progress)
+
     clock.begin("measuring parity")
     verification = (_verify(config, loaded, reference, converter, calib, evaluation, exported, model,
-                            suggest_keep_float, progress, limits) if not runs["failed"] else Verification())
+                            suggest_keep_float, progress, limits,
+                            Repairing(targets, recollect, clock) if repaired is None and config.repair.enabled
+                            else None) if not runs["failed"] else Verification())
     clock.lap("verify")
+    if verification.repair is not None and verification.repair["chosen"] is not None:
+        import yaml
+
+        from .verify.repair import apply
+
+        assert verification.repair["snippet"] is not None
+        log.info("repair: building with trial %d", verification.repair["chosen"])
+        (work / "repaired").mkdir()
+        return _build(apply(config, yaml.safe_load(verification.repair["snippet"])), out_dir, targets,
+                      work / "repaired", progress, suggest_keep_float, baseline, worker, verification.repair)
+    found = repaired if repaired is not None else verification.repair
+    repair_checks = (verdict.simple("repair.search", verdict.Kind.AGREEMENT, found["chosen"] is not None,
+                                    found["summary"], len(found["trials"]), config.repair.max_trials),) if found else ()
     if config.output.onnx is not None:
         clock.begin("exporting and running ONNX")
     onnx = (_onnx(config, graph, reference, exported.tflite, model, evaluation or calib, work)
@@ -376,7 +401,7 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     targets_json = report.targets_json(results, layer_names)
     overlays = explorer.node_data(model, targets_json, verification.op_errors)
     checks = (*verdict.target_checks(results, limits, layer_names), *early_checks, invoke_check,
-              *verification.checks, *(onnx.checks if onnx is not None else ()),
+              *verification.checks, *repair_checks, *(onnx.checks if onnx is not None else ()),
               *verdict.memory_checks(fw.memory, limits))
     clock.lap("onnx" if config.output.onnx is not None else "report")
     body: rm.Report = {
@@ -397,6 +422,7 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
         "parity": verification.parity,
         "culprits": verification.culprits,
         "keep_float_suggestion": verification.keep_float_suggestion,
+        "repair": found,
         "invoke": runs,
         "onnx": onnx.section if onnx is not None else None,
         "baseline": None,
@@ -418,6 +444,17 @@ class Verification:
     op_errors: list[rm.Culprit] | None = None  # every op's, for the Model Explorer overlay
     keep_float_suggestion: rm.KeepFloatSuggestion | None = None
     checks: tuple[verdict.Check, ...] = ()
+    repair: rm.Repair | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Repairing:
+    """What the repair search needs from the build: the targets, a way to draw calibration data anew (with
+    a counter for its folder), and the clock that shows it as a stage."""
+
+    targets: Sequence[Target]
+    recollect: Callable[[CalibrationConfig, int], SampleSet]
+    clock: _Clock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -473,7 +510,7 @@ SOURCE_CHUNK = 256  # samples per call of the source model in parity (when it ta
 
 def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, converter: Any, calib: SampleSet,
             evaluation: SampleSet | None, exported: Any, model: TFLiteModel, suggest_keep_float: bool,
-            progress: Progress | None, limits: verdict.Limits) -> Verification:
+            progress: Progress | None, limits: verdict.Limits, repairing: Repairing | None = None) -> Verification:
     """Parity on the evaluation data (or, without any, on the calibration samples: no build goes
     unchecked), the layers that add the most error, and (asked for) which layers to keep in float;
     with the agreement, accuracy and float-conversion checks."""
@@ -540,8 +577,58 @@ def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, convert
             return verdict.failed_sentences(verdict.agreement_checks(measured, limits)), cost
 
         suggestion = culprits.suggest(ranked, config.verify.max_keep_float, trial)
+    found = None
+    if repairing is not None and any(c.outcome.fails for c in checks
+                                     if c.kind in (verdict.Kind.AGREEMENT, verdict.Kind.ACCURACY)):
+        found = _repair(config, repairing, converter, calib, measure, ranked, limits, progress)
     return Verification(result, ranked[:config.verify.culprits] if ranked is not None else None, ranked,
-                        suggestion, tuple(checks))
+                        suggestion, tuple(checks), found)
+
+
+def _repair(config: PipelineConfig, repairing: Repairing, converter: Any, calib: SampleSet,
+            measure: Callable[[bytes], rm.Parity], ranked: list[rm.Culprit] | None, limits: verdict.Limits,
+            progress: Progress | None) -> rm.Repair:
+    """The repair search (edgeconv/verify/repair.py): each candidate converted by the build's converter
+    worker, measured on the build's samples, checked against every target."""
+    from .converters.tflite_export import ExportOptions
+    from .verify import repair
+
+    repairing.clock.lap("verify")
+    repairing.clock.begin("repair: searching")
+    targets = repairing.targets
+    count = itertools.count(1)
+
+    def trial(candidate: repair.Candidate) -> repair.TrialResult:
+        n = next(count)
+        patched = repair.apply(config, candidate.change)
+        pq = patched.quantization
+        data = (calib if patched.calibration is None or patched.calibration == config.calibration
+                else repairing.recollect(patched.calibration, n))
+        options = ExportOptions(pq.io("input").value, pq.io("output").value, pq.per_channel,
+                                config.model.batch_size, mode=pq.mode.value, keep_float=pq.keep_float)
+        built = converter.convert(data, options, f"repair{n}", progress).tflite
+        measured = measure(built)
+        results = tuple(check_model(parse_tflite(built, f"repair trial {n}"), t) for t in targets)
+        failed = verdict.failed_sentences([*verdict.agreement_checks(measured, limits),
+                                           *verdict.target_checks(results, limits)])
+        accuracy = measured["accuracy"]
+        return repair.TrialResult(
+            failed, len(built), accuracy.get("built") if accuracy is not None else None,
+            {o: m["built"]["sqnr_db"] for o, m in measured["outputs"].items()},
+            {o: m["built"]["top1_agreement"] for o, m in measured["outputs"].items()},
+            {r.target.name: round(r.shares()["macs"], 4) for r in results})
+
+    cands, skipped = repair.candidates(
+        config, no_float=[t.name for t in targets if not t.quantization.float_fallback],
+        no_int16=[t.name for t in targets if "int16x8" not in t.quantization.modes], available=calib.available,
+        used=calib.count, ranked=ranked, max_keep_float=config.verify.max_keep_float)
+    log.info("repair: the gates fail; %d change(s) to try (repair.max_trials %d)", len(cands),
+             config.repair.max_trials)
+    found = repair.search(cands, trial, max_trials=config.repair.max_trials,
+                          max_seconds=config.repair.max_minutes * 60, pipeline=config.source, skipped=skipped,
+                          log=log.info)
+    repairing.clock.lap("repair")
+    return found
 
 
 def _onnx(config: PipelineConfig, graph: FrozenGraph, reference: Any, tflite: bytes, model: TFLiteModel,
@@ -627,6 +714,23 @@ def _firmware(config: PipelineConfig, model: TFLiteModel, data: bytes, evaluatio
 def _c_name(text: str) -> str:
     name = re.sub(r"[^A-Za-z0-9_]", "_", text)
     return name if not name[0].isdigit() else f"m_{name}"
+
+
+def _with_repair(config: PipelineConfig) -> PipelineConfig:
+    """--repair: the pipeline with repair.enabled, refused where the pipeline file would be."""
+    problems = []
+    if config.model.resolved_format() is ModelFormat.TFLITE:
+        problems.append("--repair does not apply to an existing .tflite model (it is checked as it is)")
+    elif config.evaluation is None or not config.verify.parity:
+        problems.append("--repair needs an evaluation section and verify.parity (the gates it meets are measured "
+                        "there)")
+    elif not config.quantization.mode.calibrated:
+        problems.append(f"--repair applies to modes int8 and int16x8 only (mode is {config.quantization.mode.value})")
+    if problems:
+        raise ConfigError(problems)
+    changed = dataclasses.replace(config, repair=dataclasses.replace(config.repair, enabled=True))
+    object.__setattr__(changed, "source", config.source)
+    return changed
 
 
 def _can_suggest(config: PipelineConfig, targets: Sequence[Target]) -> None:
@@ -737,6 +841,7 @@ def _check_existing(config: PipelineConfig, out_dir: Path, targets: list[Target]
         "parity": None,
         "culprits": None,
         "keep_float_suggestion": None,
+        "repair": None,
         "invoke": None,
         "onnx": None,
         "baseline": None,

@@ -221,6 +221,8 @@ def console_lines(report: Mapping[str, Any]) -> list[str]:
         lines.append(f"calibration: {len(warnings)} warning(s) (report.md lists them; gates.fail_on_calibration_warnings "
                      "makes them fail)")
     lines += [f"loosened: {note}" for note in gate.get("disabled", [])]
+    if report.get("repair"):
+        lines.append(report["repair"]["summary"])
     timings = report.get("timings")
     if timings:
         stages = ", ".join(f"{k} {v:.1f} s" for k, v in timings["stages_s"].items())
@@ -358,6 +360,31 @@ def _num(value: Any, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def repair_markdown(found: Mapping[str, Any] | None) -> list[str]:
+    """The repair search: each trial with its costs, the chosen one and its snippet."""
+    if not found:
+        return []
+    lines = ["## Repair", "", found["summary"] + ".", ""]
+    lines += [f"- not tried: {why}" for why in found["skipped"]] + ([""] if found["skipped"] else [])
+    if found["snippet"]:
+        lines += ["The output is built with this change; add it to the pipeline (merge the keys into the sections "
+                  "it names) to build the same bytes without the search:", "", "```yaml",
+                  found["snippet"].rstrip(), "```", ""]
+    targets = sorted({t for trial in found["trials"] for t in trial["mac_share"]})
+    lines += ["| trial | change | gates | accuracy | SQNR (dB) | top-1 agreement | "
+              + " | ".join(f"MACs supported on {t}" for t in targets) + " | bytes | s |",
+              "|---|---|---|---|---|---|" + "---|" * len(targets) + "---|---|"]
+    for t in found["trials"]:
+        mark = " **(chosen)**" if t["trial"] == found["chosen"] else ""
+        gates = "pass" if t["passes_gates"] else "fail: " + "; ".join(t["failed"])
+        lines.append(f"| {t['trial']}{mark} | {_esc(t['change'])} | {_esc(gates)} | {_num(t['accuracy'], '.2%')} | "
+                     + ", ".join(_num(v, ".1f") for v in t["sqnr_db"].values()) + " | "
+                     + ", ".join(_num(v, ".2%") for v in t["top1_agreement"].values()) + " | "
+                     + " | ".join(f"{t['mac_share'].get(name, 0.0):.1%}" for name in targets)
+                     + f" | {t['bytes']:,} | {t['seconds']:.1f} |")
+    return [*lines, ""]
+
+
 def verification_markdown(report: Mapping[str, Any]) -> list[str]:
     """Parity, the layers that add the most error, the keep-float search, memory and firmware files."""
     lines: list[str] = []
@@ -403,6 +430,7 @@ def verification_markdown(report: Mapping[str, Any]) -> list[str]:
         lines += [f"| {_esc(t['step'])} | {', '.join(t['layers'])} | {'pass' if t['passes_gates'] else 'fail'} | "
                   f"{_num(t['accuracy'], '.2%')} | {t['bytes']:,} |" for t in suggestion["steps"]]
         lines.append("")
+    lines += repair_markdown(report.get("repair"))
     memory = report.get("memory")
     if memory is not None:
         lines += ["## Memory", "", f"Flash (the .tflite): {memory['flash_bytes']:,} bytes. TFLite Micro tensor arena, "

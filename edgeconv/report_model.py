@@ -226,6 +226,30 @@ class Culprit(TypedDict):
     scale: NotRequired[float]
 
 
+class RepairTrial(TypedDict):
+    trial: Annotated[int, Min(1)]
+    change: Annotated[str, Doc("What the trial changes, in words")]
+    snippet: Annotated[str, Doc("The change as pipeline.yaml text")]
+    passes_gates: bool
+    failed: Annotated[list[str], Doc("The gates the trial still fails (a target it fails included)")]
+    bytes: Annotated[int, Min(1)]
+    accuracy: float | None
+    sqnr_db: dict[str, float | None]
+    top1_agreement: dict[str, float | None]
+    mac_share: Annotated[dict[str, float], Doc("Per target: the share of the MACs on supported kernels")]
+    seconds: float
+
+
+class Repair(TypedDict):
+    trials: list[RepairTrial]
+    chosen: Annotated[int | None, Doc("The trial the output is built with (None: no trial passed)")]
+    snippet: Annotated[str | None, Doc("The chosen change, to paste into pipeline.yaml")]
+    stopped: Annotated[str, Doc("Why the search ended")]
+    closest: Annotated[int | None, Doc("Without a passing trial: the one that failed the fewest gates")]
+    skipped: Annotated[list[str], Doc("The kinds of change not tried, and why")]
+    summary: str
+
+
 class KeepFloatSuggestion(TypedDict):
     found: bool
     keep_float: list[str] | None
@@ -424,6 +448,9 @@ class Report(TypedDict):
     culprits: NotRequired[Annotated[list[Culprit] | None, Doc("Quantized ops that add the most error, worst "
                                                               "first.")]]
     keep_float_suggestion: NotRequired[KeepFloatSuggestion | None]
+    repair: NotRequired[Annotated[Repair | None, Doc(
+        "The search for a quantization that passes the gates (repair.enabled, build --repair): every trial, the "
+        "one the output is built with; null when no search ran.")]]
     memory: NotRequired[Memory]
     onnx: NotRequired[Annotated[Onnx | None, Doc("ONNX models written beside the .tflite (output.onnx) and how "
                                                  "they agree.")]]

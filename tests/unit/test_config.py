@@ -87,7 +87,7 @@ def test_resolved_pipeline_round_trips(project: Path) -> None:
 @pytest.mark.parametrize(("text", "expected"), [
     (MINIMAL + "calibraton: {path: cal.npz}\n",
      "p.yaml:6: top level: unknown key 'calibraton' (allowed: calibration, evaluation, gates, model, name, output, "
-     "passes, quantization, requires, targets, verify, version); did you mean 'calibration'?"),
+     "passes, quantization, repair, requires, targets, verify, version); did you mean 'calibration'?"),
     (MINIMAL.replace("  path: cal.npz", "  path: cal.npz\n  sample: 10"),
      "p.yaml:6: calibration: unknown key 'sample' (allowed: columns, expected_range, features, function, input, "
      "min_samples, path, preprocess, samples, seed, source, stride, trust_code, window); did you mean 'samples'?"),

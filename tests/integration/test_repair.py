@@ -1,0 +1,139 @@
+"""When INT8 fails the agreement gates, the repair search finds the cheapest change every target runs, and
+proves it (issue 19). Real conversions of models built to quantize badly in known ways."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+import edgeconv
+
+pytestmark = pytest.mark.tf
+
+FEATURES, HIDDEN, CLASSES = 6, 12, 5
+OUTLIER = 300.0  # one hidden unit this much larger than the rest: one int8 scale cannot hold both
+
+
+def outlier_model(path: Path) -> Path:
+    """features -> dense 'mix' (unit 0 scaled by OUTLIER) -> dense 'head' softmax that ignores unit 0.
+
+    With int8 activations the 'mix' tensor's scale is set by unit 0, and the units the head reads
+    round to a handful of levels: the classes it picks change. int16 activations (256x finer) or
+    'mix' kept in float hold them."""
+    import keras
+
+    rng = np.random.default_rng(7)
+    inp = keras.Input((FEATURES,), name="features")
+    mix = keras.layers.Dense(HIDDEN, name="mix")
+    head = keras.layers.Dense(CLASSES, activation="softmax", name="head")
+    model = keras.Model(inp, head(mix(inp)))
+    w = rng.normal(0, 1, (FEATURES, HIDDEN)).astype("float32")
+    w[:, 0] *= OUTLIER
+    mix.set_weights([w, np.zeros(HIDDEN, "float32")])
+    h = rng.normal(0, 1.5, (HIDDEN, CLASSES)).astype("float32")
+    h[0, :] = 0.0
+    head.set_weights([h, np.zeros(CLASSES, "float32")])
+    model.save(path)
+    return path
+
+
+def project(tmp_path: Path, *, targets: list[str], repair: str = "{enabled: true}", samples: int = 100,
+            available: int = 400) -> Path:
+    outlier_model(tmp_path / "model.keras")
+    rng = np.random.default_rng(11)
+    np.savez(tmp_path / "calib.npz", features=rng.uniform(-1, 1, (available, FEATURES)).astype("float32"))
+    np.savez(tmp_path / "eval.npz", features=rng.uniform(-1, 1, (300, FEATURES)).astype("float32"))
+    (tmp_path / "pipeline.yaml").write_text(
+        "version: 1\nname: outlier\nmodel: {path: model.keras}\n"
+        f"calibration: {{path: calib.npz, samples: {samples}}}\nevaluation: {{path: eval.npz}}\n"
+        f"targets: [{', '.join(targets)}]\nverify: {{culprits: 3}}\nrepair: {repair}\n")
+    return tmp_path / "pipeline.yaml"
+
+
+# A target that runs int16x8 but no float op in a quantized model: only int16 activations can save it.
+INT16_ONLY = """schema_version: 1
+name: int16-cpu
+title: A CPU that runs int8 and int16x8 kernels, and no float op in a quantized model
+sources: {ME: "this test"}
+quantization: {modes: [int8, int16x8], float_fallback: false, source: ME}
+ops:
+  FULLY_CONNECTED: {source: ME}
+  SOFTMAX: {source: ME}
+  QUANTIZE: {source: ME}
+  DEQUANTIZE: {source: ME}
+"""
+
+def _closing_lines(report: dict[str, Any]) -> list[str]:
+    return [f"{t['trial']}: {t['change']} -> {'pass' if t['passes_gates'] else 'fail'}"
+            for t in report["repair"]["trials"]]
+
+
+def test_without_repair_the_outlier_model_fails_agreement(tmp_path: Path) -> None:
+    result = edgeconv.build(project(tmp_path, targets=["arm-neon"], repair="{enabled: false}"))
+    assert not result.passed
+    failed = [c["id"] for c in result.report["gate"]["checks"] if c["outcome"] == "fail"]
+    assert "agreement.top1.head" in failed or "agreement.sqnr_db.head" in failed, failed
+    assert result.report["repair"] is None
+
+
+def test_arm_neon_keeps_the_worst_op_in_float_and_the_snippet_rebuilds_the_same_bytes(tmp_path: Path) -> None:
+    result = edgeconv.build(project(tmp_path, targets=["arm-neon"]))
+    found = result.report["repair"]
+    assert result.passed, result.report["gate"]["reasons"]
+    # per-channel is already on; more samples first (the data holds 400), then the worst ops in float, one more
+    # at a time: 'mix' alone is not enough (the head's quantized input has the outlier again), 'mix' and
+    # 'head' are. int16x8 passes too, but XNNPACK runs no int16 op: 0 % of the MACs stay on it.
+    assert _closing_lines(result.report) == [
+        "1: 200 calibration samples instead of 100 -> fail",
+        "2: keep the 1 op(s) adding the most error in float (mix) -> fail",
+        "3: keep the 2 op(s) adding the most error in float (head, mix) -> pass",
+        "4: int16 activations, int8 weights (int16x8) -> pass"]
+    assert found["skipped"] == ["per-channel weights: already on"]
+    assert [t["mac_share"]["arm-neon"] for t in found["trials"][2:]] == [1.0, 0.0]
+    assert found["chosen"] == 3 and found["stopped"] == "tried every candidate"
+    kept = yaml.safe_load(found["snippet"])["quantization"]["keep_float"]
+    assert [re.sub(r"^\^.*/(\w+)_1/MatMul1\$$", r"\1", k) for k in kept] == ["mix", "head"]
+    # The output is the chosen trial's build: its resolved pipeline holds the change ...
+    resolved = yaml.safe_load((result.output_dir / "pipeline.resolved.yaml").read_text())
+    assert resolved["quantization"]["keep_float"] == yaml.safe_load(found["snippet"])["quantization"]["keep_float"]
+    # ... and the snippet pasted into the pipeline (without repair) builds the same bytes.
+    text = (tmp_path / "pipeline.yaml").read_text().replace("repair: {enabled: true}\n", "")
+    data = yaml.safe_load(text)
+    data["quantization"] = yaml.safe_load(found["snippet"])["quantization"]
+    data["output"] = {"dir": "pasted"}
+    (tmp_path / "pasted.yaml").write_text(yaml.safe_dump(data))
+    pasted = edgeconv.build(tmp_path / "pasted.yaml")
+    assert pasted.passed and pasted.report["repair"] is None
+    assert pasted.tflite_path.read_bytes() == result.tflite_path.read_bytes()
+    md = (result.output_dir / "report.md").read_text()
+    assert "## Repair" in md and found["snippet"].strip().splitlines()[0] in md
+
+
+def test_a_target_without_float_ops_gets_int16x8(tmp_path: Path) -> None:
+    (tmp_path / "int16-cpu.yaml").write_text(INT16_ONLY)
+    result = edgeconv.build(project(tmp_path, targets=["int16-cpu.yaml"]))
+    found = result.report["repair"]
+    assert _closing_lines(result.report) == [
+        "1: 200 calibration samples instead of 100 -> fail", "2: int16 activations, int8 weights (int16x8) -> pass"]
+    assert found["chosen"] == 2 and result.passed
+    assert yaml.safe_load(found["snippet"]) == {"quantization": {"mode": "int16x8", "input_type": "auto",
+                                                                 "output_type": "auto"}}
+    assert result.report["quantization"]["mode"] == "int16x8"
+
+
+def test_nothing_within_the_budget_fails_and_shows_the_closest(tmp_path: Path) -> None:
+    result = edgeconv.build(project(tmp_path, targets=["arm-neon"], repair="{enabled: true, max_trials: 1}"))
+    found = result.report["repair"]
+    assert not result.passed
+    assert found["chosen"] is None and found["closest"] == 1 and len(found["trials"]) == 1
+    assert found["stopped"].startswith("stopped at repair.max_trials (1) with ")
+    assert any(r.startswith("repair: no change among 1 trial(s) passes every gate (stopped at repair.max_trials")
+               for r in result.report["gate"]["reasons"])
+    assert result.report["quantization"]["keep_float"] == []  # the output is the build as configured

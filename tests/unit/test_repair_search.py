@@ -1,0 +1,162 @@
+"""The repair search's choices and bookkeeping (issue 19), and its configuration. The trials here are
+scripted outcomes; tests/integration/test_repair.py runs the search on real conversions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from edgeconv.config import QuantMode, load_pipeline
+from edgeconv.errors import ConfigError
+from edgeconv.verify import repair
+
+from .test_config import MINIMAL, problems, project, write  # noqa: F401  (project is a fixture)
+
+RANKED = [{"tensor": "net/mix/MatMul", "source_layers": ["mix"], "model_output": False},
+          {"tensor": "net/head/MatMul", "source_layers": ["head"], "model_output": False},
+          {"tensor": "Identity", "source_layers": [], "model_output": True}]
+
+
+def _config(project: Path, extra: str = "") -> Any:
+    (project / "eval.npz").write_bytes(b"PK")
+    return load_pipeline(write(project, MINIMAL + "evaluation: {path: eval.npz}\n" + extra))
+
+
+def test_candidates_come_cheapest_first_and_say_why_others_do_not_apply(project: Path) -> None:
+    config = _config(project, "quantization: {per_channel: false}\n")
+    cands, skipped = repair.candidates(config, no_float=[], no_int16=[], available=500, used=200, ranked=RANKED,
+                                       max_keep_float=2)
+    assert [c.what for c in cands] == [
+        "per-channel weights", "400 calibration samples instead of 200",
+        "keep the 1 op(s) adding the most error in float (mix)",
+        "keep the 2 op(s) adding the most error in float (head, mix)",
+        "int16 activations, int8 weights (int16x8)"]
+    assert skipped == []
+    assert cands[3].change == {"quantization": {"keep_float": ["^net/mix/MatMul$", "^net/head/MatMul$"]}}
+
+
+@pytest.mark.parametrize(("available", "expected"), [(200, None), (201, 201), (399, 399), (400, 400), (900, 400)])
+def test_more_samples_means_twice_as_many_up_to_what_the_data_holds(project: Path, available: int,
+                                                                    expected: int | None) -> None:
+    cands, skipped = repair.candidates(_config(project), no_float=["edgetpu"], no_int16=["edgetpu"],
+                                       available=available, used=200, ranked=RANKED, max_keep_float=5)
+    samples = [c.change["calibration"]["samples"] for c in cands if "calibration" in c.change]
+    assert samples == ([] if expected is None else [expected])
+    if expected is None:
+        assert "more calibration samples: the data holds no more than the 200 used" in skipped
+
+
+def test_targets_that_cannot_run_a_change_rule_it_out_by_name(project: Path) -> None:
+    cands, skipped = repair.candidates(_config(project), no_float=["edgetpu", "generic-int8"], no_int16=["edgetpu"],
+                                       available=200, used=200, ranked=RANKED, max_keep_float=5)
+    assert cands == []
+    assert skipped == ["per-channel weights: already on",
+                       "more calibration samples: the data holds no more than the 200 used",
+                       "ops kept in float: edgetpu, generic-int8 run(s) no float op in a quantized model",
+                       "int16x8: edgetpu do(es) not run it"]
+    none, why = repair.candidates(_config(project), no_float=[], no_int16=[], available=200, used=200, ranked=None,
+                                  max_keep_float=5)
+    assert "ops kept in float: no per-op error ranking to pick them (verify.culprits is 0)" in why
+
+
+def test_a_change_applied_is_the_pipeline_the_snippet_loads_to(project: Path) -> None:
+    config = _config(project, "quantization: {mode: int8, input_type: int8}\n")
+    change = {"quantization": {"mode": "int16x8", "input_type": "auto", "output_type": "auto"},
+              "calibration": {"samples": 150}}
+    applied = repair.apply(config, change)
+    pasted = (MINIMAL + "evaluation: {path: eval.npz}\n").replace("  path: cal.npz\n", "  path: cal.npz\n  samples: 150\n")
+    loaded = load_pipeline(write(project, pasted + "quantization: {mode: int16x8}\ntargets: [arm-neon]\n",
+                                 "pasted.yaml"))
+    assert applied.quantization == loaded.quantization and applied.quantization.mode is QuantMode.INT16X8
+    assert applied.calibration == loaded.calibration and applied.source == config.source
+    assert yaml.safe_load(repair.snippet(change)) == change
+
+
+def _trial(outcomes: dict[str, tuple[list[str], dict[str, float], int]]) -> Any:
+    def trial(c: repair.Candidate) -> repair.TrialResult:
+        failed, share, size = outcomes[c.what]
+        return repair.TrialResult(failed, size, None, {"y": 30.0}, {"y": 0.95}, share)
+    return trial
+
+
+CANDS = [repair.Candidate(w, {"quantization": {"per_channel": True}}) for w in ("a", "b", "c", "d")]
+
+
+def test_of_the_passing_trials_the_one_keeping_most_macs_supported_wins_then_the_smaller() -> None:
+    found = repair.search(CANDS, _trial({"a": (["sqnr"], {"t": 1.0}, 100), "b": ([], {"t": 0.4}, 90),
+                                         "c": ([], {"t": 0.9}, 120), "d": ([], {"t": 0.9}, 110)}),
+                          max_trials=8, max_seconds=60, pipeline=Path("p.yaml"))
+    assert found["chosen"] == 4 and found["closest"] is None and found["stopped"] == "tried every candidate"
+    assert found["summary"].startswith("repair: trial 4 of 4 passes every gate: d; the output is built with it")
+    assert [t["passes_gates"] for t in found["trials"]] == [False, True, True, True]
+
+
+@pytest.mark.parametrize(("max_trials", "ran"), [(1, 1), (3, 3), (4, 4), (5, 4)])
+def test_the_trial_budget_is_exact(max_trials: int, ran: int) -> None:
+    fail = (["sqnr"], {"t": 1.0}, 100)
+    found = repair.search(CANDS, _trial(dict.fromkeys("abcd", fail)), max_trials=max_trials, max_seconds=60,
+                          pipeline=Path("p.yaml"))
+    assert len(found["trials"]) == ran and found["chosen"] is None
+    assert found["stopped"] == ("tried every candidate" if ran == 4 else
+                                f"stopped at repair.max_trials ({max_trials}) with {4 - ran} candidate(s) left")
+
+
+def test_the_time_budget_starts_no_trial_after_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = iter([0.0, 0.0, 5.0, 5.0, 61.0])  # start; trial 1 (starts at 0, 5 s); before trial 2: 61 s
+    monkeypatch.setattr(repair.time, "monotonic", lambda: next(clock))
+    found = repair.search(CANDS, _trial(dict.fromkeys("abcd", (["x"], {"t": 1.0}, 1))), max_trials=8,
+                          max_seconds=60, pipeline=Path("p.yaml"))
+    assert len(found["trials"]) == 1
+    assert found["stopped"] == "stopped at repair.max_minutes (1) with 3 candidate(s) left"
+
+
+def test_without_a_passing_trial_the_closest_is_the_one_failing_fewest_gates() -> None:
+    found = repair.search(CANDS, _trial({"a": (["x", "y"], {"t": 1.0}, 1), "b": (["x"], {"t": 0.5}, 1),
+                                         "c": (["y"], {"t": 0.9}, 1), "d": (["x", "y"], {"t": 1.0}, 1)}),
+                          max_trials=8, max_seconds=60, pipeline=Path("p.yaml"))
+    assert (found["chosen"], found["closest"], found["snippet"]) == (None, 3, None)
+    assert found["summary"] == ("repair: no change among 4 trial(s) passes every gate (tried every candidate); "
+                                "closest: trial 3; report.md lists each")
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    ("repair: {enabled: true}\n",
+     "p.yaml:6: repair.enabled: needs an evaluation section and verify.parity (the gates it meets are measured "
+     "there)"),
+    ("repair: {enabled: true, max_trials: 0}\n", "p.yaml:6: repair.max_trials: must be >= 1, got 0"),
+    ("repair: {enabled: true, max_minute: 3}\n",
+     "p.yaml:6: repair: unknown key 'max_minute' (allowed: enabled, max_minutes, max_trials); did you mean "
+     "'max_minutes'?"),
+])
+def test_repair_settings_are_validated(project: Path, extra: str, expected: str) -> None:
+    found = problems(write(project, MINIMAL + extra))
+    assert expected in found, found
+
+
+def test_repair_on_an_existing_tflite_is_refused(project: Path) -> None:
+    (project / "m.tflite").write_bytes(b"TFL3")
+    path = write(project, "version: 1\nmodel: {path: m.tflite}\nrepair: {enabled: true}\n")
+    assert problems(path) == ["p.yaml:3: repair: does not apply to an existing .tflite model (it is checked as it "
+                              "is: no passes, no conversion); remove it"]
+
+
+def test_the_repair_flag_is_refused_where_the_setting_would_be(project: Path) -> None:
+    from edgeconv.pipeline import build
+
+    with pytest.raises(ConfigError) as caught:
+        build(write(project, MINIMAL), repair=True)
+    assert list(caught.value.problems) == ["--repair needs an evaluation section and verify.parity (the gates it "
+                                           "meets are measured there)"]
+
+
+def test_build_repair_on_the_command_line_is_exit_2_with_the_reason(project: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from edgeconv.cli import main
+
+    assert main(["build", str(write(project, MINIMAL)), "--repair"]) == 2
+    assert capsys.readouterr().err == ("edgeconv: error: --repair needs an evaluation section and verify.parity (the "
+                                       "gates it meets are measured there)\n")
+    assert not (project / "build").exists()
