@@ -364,8 +364,8 @@ def _build_parallel(paths: list[Path], args: argparse.Namespace) -> list[Any]:
     import concurrent.futures
     import multiprocessing
 
-    options = {k: getattr(args, k) for k in ("out", "quiet", "baseline", "no_cache", "cache_dir",
-                                             "suggest_keep_float")}
+    options = {k: getattr(args, k) for k in ("out", "quiet", "verbose", "baseline", "no_cache", "cache_dir",
+                                             "suggest_keep_float", "repair")}
     if args.jobs == 1:
         done = [_build_one(p, argparse.Namespace(**options), verbose=False) for p in paths]
         for o in done:

@@ -35,6 +35,7 @@ def test_builds_and_passes(built: dict[str, Any]) -> None:
         ".edgeconv-output", "digits.tflite", "explorer", "pipeline.resolved.yaml", "report.json", "report.md"]
     assert (built["report"]["gate"]["verdict"], built["report"]["gate"]["reasons"]) == ("pass", [])
     assert built["report"]["gate"]["disabled"] == []  # the example meets every strict default
+    assert built["report"]["repair"] is None  # no search configured (and none needed)
     assert {c["id"] for c in built["report"]["gate"]["checks"]} >= {
         "target.edgetpu", "accelerator.edgetpu", "agreement.sqnr_db.digit", "agreement.top1.digit", "accuracy.drop",
         "conversion.passes", "conversion.float_tflite.digit", "runtime.invoke"}

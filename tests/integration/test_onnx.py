@@ -48,7 +48,7 @@ def test_both_models_are_written_and_pass_the_full_checker(example: dict[str, An
 
     out = example["out"]
     assert sorted(p.name for p in out.iterdir()) == [
-        ".edgeconv-output", "digits.int8.onnx", "digits.onnx", "digits.tflite", "pipeline.resolved.yaml",
+        ".edgeconv-output", "digits.int8.onnx", "digits.onnx", "digits.tflite", "explorer", "pipeline.resolved.yaml",
         "report.json", "report.md"]
     for name in ("digits.onnx", "digits.int8.onnx"):
         onnx.checker.check_model(onnx.load(str(out / name)), full_check=True)

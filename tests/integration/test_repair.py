@@ -75,17 +75,9 @@ def _closing_lines(report: dict[str, Any]) -> list[str]:
             for t in report["repair"]["trials"]]
 
 
-def test_without_repair_the_outlier_model_fails_agreement(tmp_path: Path) -> None:
-    result = edgeconv.build(project(tmp_path, targets=["arm-neon"], repair="{enabled: false}"))
-    assert not result.passed
-    failed = [c["id"] for c in result.report["gate"]["checks"] if c["outcome"] == "fail"]
-    assert "agreement.top1.head" in failed or "agreement.sqnr_db.head" in failed, failed
-    assert result.report["repair"] is None
-
-
 def test_arm_neon_keeps_the_worst_op_in_float_and_the_snippet_rebuilds_the_same_bytes(tmp_path: Path) -> None:
     result = edgeconv.build(project(tmp_path, targets=["arm-neon"]))
-    found = result.report["repair"]
+    found = result.report["repair"]  # the search runs only when the build as configured fails a gate
     assert result.passed, result.report["gate"]["reasons"]
     # per-channel is already on; more samples first (the data holds 400), then the worst ops in float, one more
     # at a time: 'mix' alone is not enough (the head's quantized input has the outlier again), 'mix' and

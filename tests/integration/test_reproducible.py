@@ -30,9 +30,10 @@ def test_two_builds_in_fresh_processes_give_identical_bytes(tmp_path: Path) -> N
     second = build_in_fresh_process(tmp_path / "two")
     assert sorted(first) == [".edgeconv-output", "digits.int8.onnx", "digits.onnx", "digits.tflite", "digits_model.c",
                              "digits_model.h", "digits_model_golden.h", "digits_model_op_resolver.h",
-                             "explorer/arm-neon.status.json", "explorer/edgetpu.status.json",
-                             "explorer/generic-int8.status.json", "explorer/quantization-sqnr.json",
-                             "explorer/tflm-cmsis-nn.status.json", "golden.npz", "pipeline.resolved.yaml",
+                             "explorer/arm-neon.status.json", "explorer/arm-neon.why.json",
+                             "explorer/edgetpu.status.json", "explorer/generic-int8.status.json",
+                             "explorer/quantization-sqnr.json", "explorer/tflm-cmsis-nn.status.json",
+                             "explorer/tflm-cmsis-nn.why.json", "golden.npz", "pipeline.resolved.yaml",
                              "report.json", "report.md"]
     differ = [name for name in first if first[name] != second[name]]
     assert set(differ) <= {"report.json"}  # its timestamp and stage times, and nothing else:
