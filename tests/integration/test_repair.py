@@ -129,3 +129,53 @@ def test_nothing_within_the_budget_fails_and_shows_the_closest(tmp_path: Path) -
     assert any(r.startswith("repair: no change among 1 trial(s) passes every gate (stopped at repair.max_trials")
                for r in result.report["gate"]["reasons"])
     assert result.report["quantization"]["keep_float"] == []  # the output is the build as configured
+
+
+TAGS = 3  # a multi-label head: one sigmoid per tag, the scores do not sum to 1 (a regression output: SQNR gated)
+
+
+def tagger_model(path: Path) -> Path:
+    """An audio-tagger-like head whose small logits are the difference of two large features:
+    features -> dense 'trunk' ([40a + b, 40a], a and b mixes of the features) -> dense 'logits' (the
+    difference of the two units, per tag) -> sigmoid. The trunk's int8 scale is set by the 40a term;
+    the logits' b part is a few of its levels, so the tag scores come out mostly noise."""
+    import keras
+
+    rng = np.random.default_rng(3)
+    inp = keras.Input((FEATURES,), name="features")
+    trunk = keras.layers.Dense(2 * TAGS, name="trunk")
+    logits = keras.layers.Dense(TAGS, name="logits")
+    model = keras.Model(inp, keras.layers.Activation("sigmoid", name="tags")(logits(trunk(inp))))
+    a = rng.normal(0, 1, (FEATURES, TAGS)).astype("float32")
+    b = rng.normal(0, 0.3, (FEATURES, TAGS)).astype("float32")
+    trunk.set_weights([np.concatenate([40 * a + b, 40 * a], axis=1), np.zeros(2 * TAGS, "float32")])
+    diff = np.concatenate([np.eye(TAGS), -np.eye(TAGS)]).astype("float32")
+    logits.set_weights([diff, np.zeros(TAGS, "float32")])
+    model.save(path)
+    return path
+
+
+def test_a_sensitive_multi_label_head_is_repaired_on_tflite_micro(tmp_path: Path) -> None:
+    """The trunk's evaluation range (to 288) passes its calibrated one (190, from 100 samples: all the data
+    holds): int8 and int16 clip it alike, and the difference the logits take is wrong for those samples.
+    int16x8 gives the same 15.4 dB as the trunk alone in float (its int8 output feeds the logits clipped
+    again); only the trunk and the logits in float pass, on TFLite Micro's float reference kernels (no MAC
+    left on CMSIS-NN): a way forward the report shows with its price."""
+    pipeline = project(tmp_path, targets=["tflm-cmsis-nn"], available=100)
+    tagger_model(tmp_path / "model.keras")
+    result = edgeconv.build(pipeline)
+    found = result.report["repair"]
+    assert found["skipped"] == ["per-channel weights: already on",
+                                "more calibration samples: the data holds no more than the 100 used"]
+    assert _closing_lines(result.report) == [
+        "1: keep the 1 op(s) adding the most error in float (trunk) -> fail",
+        "2: keep the 2 op(s) adding the most error in float (logits, trunk) -> pass",
+        "3: int16 activations, int8 weights (int16x8) -> fail"]
+    trials = found["trials"]
+    assert [round(t["sqnr_db"]["tags"], 1) for t in trials] == [15.4, 51.5, 15.4]
+    assert [t["mac_share"]["tflm-cmsis-nn"] for t in trials] == [0.3333, 0.0, 1.0]
+    assert found["chosen"] == 2 and result.passed
+    assert result.report["quantization"]["keep_float"] == yaml.safe_load(found["snippet"])["quantization"][
+        "keep_float"]
+    sqnr = [c for c in result.report["gate"]["checks"] if c["id"].startswith("agreement.sqnr_db.")]
+    assert [c["outcome"] for c in sqnr] == ["pass"]  # the rebuilt output meets the gate the first build failed
