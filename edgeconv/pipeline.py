@@ -25,7 +25,8 @@ from . import report_model as rm
 from ._version import __version__
 from .cache import BuildCache
 from .calibration import SOURCES, resolve_source
-from .calibration.checks import DataWarning, data_warnings, file_sha256, path_sha256, quantization_warnings
+from .calibration.checks import (DataWarning, activation_warnings, data_warnings, file_sha256, path_sha256,
+                                 quantization_warnings)
 from .calibration.config import CalibrationConfig, EvaluationConfig
 from .calibration.samples import Progress, RandomReader, SampleSet, collect
 from .config import GatesConfig, ModelFormat, PipelineConfig, gate_limits, installed_toolchain, load_pipeline, resolved_yaml
@@ -343,6 +344,8 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     log.info("checking %d ops against %s", len(model.ops), ", ".join(t.name for t in targets))
     results = tuple(check_model(model, t) for t in targets)
     quant_warnings = quantization_warnings(model, expected=expected, evaluation=evaluation)
+    if exported.float_tflite is not None and evaluation is not None and q.mode.calibrated:
+        quant_warnings += activation_warnings(exported.float_tflite, model, evaluation, batch)
     for w in quant_warnings:
         log.warning("calibration: %s", w.message)
     warnings += quant_warnings

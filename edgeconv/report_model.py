@@ -155,7 +155,7 @@ class Data(TypedDict):
 
 class DataFinding(TypedDict):
     check: Annotated[str, OneOf(("min_samples", "constant", "noise", "range_mismatch", "expected_range",
-                                 "input_quantization"))]
+                                 "input_quantization", "activation_range"))]
     input: str | None
     message: str
     severe: NotRequired[Annotated[bool, Doc("Known to ruin an INT8 model: fails the build by default")]]

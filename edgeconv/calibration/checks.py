@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .. import report_model as rm
 from ..converters.tflite_reader import TFLiteModel
 from .samples import SampleSet
@@ -119,6 +121,65 @@ def quantization_warnings(model: TFLiteModel, *, expected: Mapping[str, tuple[fl
             continue
         out += _compare(name, span, want, what, "input_quantization", subject="the .tflite input quantization range",
                         detail=f" (scale {scale:.4g}, zero point {zero})")
+    return out
+
+
+CLIPS = 0.001  # more of a tensor's evaluation values than this beyond its quantized range: a finding
+ACTIVATION_SAMPLES = 200  # evaluation samples the intermediate ranges are measured on (the first ones)
+_LIMITS = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}
+
+
+def activation_warnings(float_tflite: bytes, model: TFLiteModel, evaluation: SampleSet, batch: int,
+                        listed: int = 3) -> list[DataWarning]:
+    """Do the built model's intermediate tensors hold what they carry on the evaluation data? Each quantized
+    op output of ``model`` is compared with the same tensor of the float .tflite run on the evaluation
+    samples: values beyond the range the calibration gave it clip, in int8 and int16 alike. The model's
+    inputs are checked by :func:`quantization_warnings`; here the tensors inside (a layer whose range the
+    calibration data does not reach, while its inputs' ranges look fine)."""
+    from ..verify.runner import TFLiteRunner
+
+    spans: dict[str, tuple[float, float, str]] = {}
+    for op in model.main.ops:
+        for t in op.outputs:
+            limits = _LIMITS.get(t.dtype.value) if t is not None else None
+            if t is None or limits is None or op.type == "QUANTIZE" and op.inputs and op.inputs[0] is not None \
+                    and op.inputs[0].index in model.main.inputs or t.quantization is None or t.quantization.per_axis \
+                    or not t.quantization.scale or t.index in model.main.outputs:
+                continue
+            scale, zero = t.quantization.scale[0], (t.quantization.zero_point[0] if t.quantization.zero_point else 0)
+            spans[t.name] = ((limits[0] - zero - 0.5) * scale, (limits[1] - zero + 0.5) * scale, t.dtype.value)
+    runner = TFLiteRunner(float_tflite, keep_tensors=True)
+    where = {t.name: t.index for t in runner.model.main.tensors if t.name in spans}
+    if not where:
+        return []
+    seen: dict[str, list[float]] = {name: [np.inf, -np.inf, 0.0, 0.0] for name in where}  # min, max, out, all
+    done = 0
+    for feeds in evaluation.batches(batch):
+        if done >= ACTIVATION_SAMPLES:
+            break
+        runner.run(feeds)
+        done += batch
+        for name, index in where.items():
+            v = runner.interpreter.get_tensor(index)
+            lo, hi, _ = spans[name]
+            s = seen[name]
+            s[0], s[1] = min(s[0], float(v.min())), max(s[1], float(v.max()))
+            s[2] += float(np.count_nonzero((v < lo) | (v > hi)))
+            s[3] += v.size
+    clipped = sorted(((s[2] / s[3], name) for name, s in seen.items() if s[3] and s[2] / s[3] > CLIPS), reverse=True)
+    out = []
+    for share, name in clipped[:listed]:
+        lo, hi, dtype = spans[name]
+        s = seen[name]
+        out.append(DataWarning(
+            "activation_range", name,
+            f"tensor {name!r} reaches {_fmt(s[0], s[1])} on {min(done, evaluation.count)} evaluation samples, but "
+            f"the calibration gave its {dtype} range {_fmt(lo, hi)}: {share:.1%} of its values clip (in int8 and "
+            "int16 alike); calibrate on data that reaches the evaluation data's range (more samples, or samples "
+            "drawn like the evaluation data)"))
+    if len(clipped) > listed:
+        out.append(DataWarning("activation_range", None, f"{len(clipped) - listed} more intermediate tensor(s) clip "
+                               "on the evaluation data (the report's per-op SQNR shows where it costs)"))
     return out
 
 

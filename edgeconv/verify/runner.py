@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -62,7 +63,9 @@ class TFLiteRunner:
 
         self.model: TFLiteModel = parse_tflite(data, "model.tflite")
         resolver = OpResolverType.BUILTIN_REF if reference else OpResolverType.AUTO
-        with native_chatter_to_log():
+        with native_chatter_to_log(), warnings.catch_warnings():
+            # LiteRT warns that keeping every tensor is for debugging: it is what edgeconv asks it for.
+            warnings.filterwarnings("ignore", message=".*experimental_preserve_all_tensors")
             self.interpreter = Interpreter(model_content=data, experimental_op_resolver_type=resolver,
                                            experimental_preserve_all_tensors=keep_tensors)
             self.interpreter.allocate_tensors()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import textwrap
 from pathlib import Path
@@ -198,7 +199,10 @@ RNG = np.random.default_rng(0)
 @pytest.mark.parametrize(("name", "data", "checks"), [
     ("x255", CALIBRATION * 255, ["range_mismatch", "input_quantization"]),
     ("uint8_noise", RNG.uniform(0, 255, CALIBRATION.shape), ["noise", "range_mismatch", "input_quantization"]),
-    ("narrow_noise", RNG.uniform(0, 0.25, CALIBRATION.shape), ["noise", "range_mismatch", "input_quantization"]),
+    # Calibrated on a quarter of the real range, the layers inside clip on the evaluation data too: the three
+    # worst tensors are named, and how many more.
+    ("narrow_noise", RNG.uniform(0, 0.25, CALIBRATION.shape), ["noise", "range_mismatch", "input_quantization",
+                                                                *["activation_range"] * 4]),
 ])
 def test_silent_killers_fail_the_build_by_default(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str,
                                                  data: np.ndarray, checks: list[str]) -> None:
@@ -209,6 +213,12 @@ def test_silent_killers_fail_the_build_by_default(tmp_path: Path, capsys: pytest
     assert [w["check"] for w in result.report["quantization"]["calibration"]["warnings"]] == checks
     failed = {c["id"] for c in result.report["gate"]["checks"] if c["outcome"] == "fail"}
     assert f"calibration.{checks[0]}.image" in failed and "accuracy.drop" in failed
+    clipped = [w for w in result.report["quantization"]["calibration"]["warnings"] if w["check"] == "activation_range"]
+    if clipped:
+        assert all(re.fullmatch(r"tensor '.+' reaches \[.+\] on 200 evaluation samples, but the calibration gave "
+                                r"its int8 range \[.+\]: \d+\.\d% of its values clip .*", w["message"])
+                   for w in clipped[:3])
+        assert re.fullmatch(r"\d+ more intermediate tensor\(s\) clip on the evaluation data .*", clipped[3]["message"])
     accuracy = int8_accuracy(result.tflite_path)
     assert accuracy < FLOAT_ACCURACY - 0.1, accuracy  # the findings are about a real accuracy collapse
     # Turning the default gates off is possible, and said; the mild findings can be made to fail too.
@@ -221,7 +231,10 @@ def test_silent_killers_fail_the_build_by_default(tmp_path: Path, capsys: pytest
                                                      "fail_on_calibration_warnings: true}"))
     assert main(["build", str(pipeline), "-q"]) == 1
     out = capsys.readouterr().out
-    assert sum(line.startswith("  - calibration: input 'image'") for line in out.splitlines()) == len(checks)
+    assert sum(line.startswith("  - calibration: input 'image'") for line in out.splitlines()) == len(
+        [c for c in checks if c != "activation_range"])
+    assert sum(re.match(r"  - calibration: (tensor '|\d+ more intermediate)", line) is not None
+               for line in out.splitlines()) == checks.count("activation_range")
 
 
 # -- bad inputs: exit 2, the message names the input/file/sample, nothing written ----------------------
