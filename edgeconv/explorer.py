@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .converters.tflite_reader import TFLiteModel
+from .converters.tflite_reader import TFLiteModel, read_tflite
 from .errors import ConfigError, EdgeconvError, ModelFileError, did_you_mean, rel
 
 log = logging.getLogger(__name__)
@@ -122,8 +122,6 @@ def overlays_for(path: Path, targets: Sequence[str] | None, scratch: Path) -> Ov
     """The model and overlays to show for ``path``: a build's output folder (its report.json, its model
     and the overlay files the build wrote) or a .tflite (checked now against ``targets``; files in
     ``scratch``). A build written before the overlays existed gets them from its report."""
-    from .converters.tflite_reader import read_tflite
-
     if path.is_dir():
         report_path = path / "report.json"
         if not report_path.is_file():

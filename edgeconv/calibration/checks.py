@@ -138,16 +138,19 @@ def activation_warnings(float_tflite: bytes, model: TFLiteModel, evaluation: Sam
     calibration data does not reach, while its inputs' ranges look fine)."""
     from ..verify.runner import TFLiteRunner
 
+    # The inputs' quantized views are quantization_warnings' to check; the outputs are what parity measures.
+    elsewhere = {v.index for i in model.main.inputs if (v := _quantized_view(model, i)) is not None}
+    elsewhere |= set(model.main.outputs)
     spans: dict[str, tuple[float, float, str]] = {}
     for op in model.main.ops:
         for t in op.outputs:
-            limits = _LIMITS.get(t.dtype.value) if t is not None else None
-            if t is None or limits is None or op.type == "QUANTIZE" and op.inputs and op.inputs[0] is not None \
-                    and op.inputs[0].index in model.main.inputs or t.quantization is None or t.quantization.per_axis \
-                    or not t.quantization.scale or t.index in model.main.outputs:
+            if t is None or t.index in elsewhere or t.dtype.value not in _LIMITS:
                 continue
-            scale, zero = t.quantization.scale[0], (t.quantization.zero_point[0] if t.quantization.zero_point else 0)
-            spans[t.name] = ((limits[0] - zero - 0.5) * scale, (limits[1] - zero + 0.5) * scale, t.dtype.value)
+            q = t.quantization
+            if q is None or q.per_axis or not q.scale:
+                continue
+            (qmin, qmax), zero = _LIMITS[t.dtype.value], (q.zero_point[0] if q.zero_point else 0)
+            spans[t.name] = ((qmin - zero - 0.5) * q.scale[0], (qmax - zero + 0.5) * q.scale[0], t.dtype.value)
     runner = TFLiteRunner(float_tflite, keep_tensors=True)
     where = {t.name: t.index for t in runner.model.main.tensors if t.name in spans}
     if not where:
