@@ -55,6 +55,11 @@ class QuantMode(enum.Enum):
         return self in (QuantMode.INT8, QuantMode.INT16X8)
 
 
+class QuantEngine(enum.Enum):
+    CONVERTER = "converter"  # the TFLite converter's own quantizer (min/max calibration, one mode per model)
+    AI_EDGE_QUANTIZER = "ai-edge-quantizer"  # Google's AI Edge Quantizer, applied to the float .tflite
+
+
 class IOType(enum.Enum):
     AUTO = "auto"  # int8 for int8, int16 for int16x8, float32 otherwise
     INT8 = "int8"
@@ -204,6 +209,19 @@ class QuantizationConfig:
     keep_float: tuple[str, ...] = setting(
         "Regular expressions over the .tflite's op output names; matching ops stay float in an int8/int16x8 "
         "model (selective quantization). Every target must run float ops.", factory=tuple)
+    engine: QuantEngine = setting(
+        "What quantizes: converter (the TFLite converter's quantizer, min/max ranges, one mode for the whole "
+        "model) or ai-edge-quantizer (Google's AI Edge Quantizer applied to the float .tflite; needed for "
+        "int16_ops and range_percentile; installed with edgeconv[tf]).", default=QuantEngine.CONVERTER)
+    int16_ops: tuple[str, ...] = setting(
+        "Regular expressions over the float .tflite's op output names; matching ops get int16 activations "
+        "(int8 weights) and the rest of the int8 model stays int8 (engine ai-edge-quantizer). Every target "
+        "must run int16x8.", factory=tuple)
+    range_percentile: float | None = setting(
+        "Activation ranges from this percentile of the calibration values (and the mirror one below) instead "
+        "of their min and max, so that rare outliers clip instead of coarsening every other value; e.g. 99.99 "
+        "(engine ai-edge-quantizer).", default=None, minimum=90.0,
+        maximum=100.0)
 
     def io(self, which: str) -> IOType:
         value: IOType = getattr(self, f"{which}_type")
@@ -249,10 +267,11 @@ class RepairConfig:
     quantization that passes them, within what every target runs (also edgeconv build --repair)."""
 
     enabled: bool = setting(
-        "Search when the agreement or accuracy gates fail: per-channel weights, more calibration samples, the "
-        "worst ops kept in float, int16 activations (each only where every target runs it). The output is "
-        "built with the change chosen, and report.md shows it as a snippet to paste.", default=False)
-    max_trials: int = setting("Most trials (conversions) the search runs.", default=8, minimum=1)
+        "Search when the agreement or accuracy gates fail: per-channel weights, more calibration samples, "
+        "percentile activation ranges, int16 activations for the worst ops, the worst ops kept in float, int16x8 "
+        "(each only where every target runs it). The output is built with the change chosen, and report.md shows "
+        "it as a snippet to paste.", default=False)
+    max_trials: int = setting("Most trials (conversions) the search runs.", default=12, minimum=1)
     max_minutes: float = setting("Time budget of the search; no trial starts after it.", default=20.0,
                                  minimum=0.0)
 
@@ -334,7 +353,7 @@ class GoldenConfig:
 TOOLCHAIN: dict[str, tuple[str, ...]] = {
     "python": (), "edgeconv": ("edgeconv",), "tensorflow": ("tensorflow", "tensorflow-cpu"), "keras": ("keras",),
     "ai-edge-litert": ("ai-edge-litert",), "numpy": ("numpy",), "onnx": ("onnx",), "onnxruntime": ("onnxruntime",),
-    "tf2onnx": ("tf2onnx",), "ethos-u-vela": ("ethos-u-vela",),
+    "tf2onnx": ("tf2onnx",), "ethos-u-vela": ("ethos-u-vela",), "ai-edge-quantizer": ("ai-edge-quantizer",),
 }
 
 
@@ -802,12 +821,14 @@ def _check_quantization(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> No
                       f"float); set {which}_type: float32 or auto")
     import re
 
-    for i, pattern in enumerate(q.keep_float):
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            ctx.error(_node_at(root, "quantization", "keep_float"), f"quantization.keep_float[{i}]",
-                      f"{pattern!r} is not a regular expression ({exc})")
+    for key in ("keep_float", "int16_ops"):
+        for i, pattern in enumerate(getattr(q, key)):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                ctx.error(_node_at(root, "quantization", key), f"quantization.{key}[{i}]",
+                          f"{pattern!r} is not a regular expression ({exc})")
+    _check_engine(q, root, ctx)
     for name in config.targets:
         target = load_target(name)
         policy = target.quantization
@@ -818,6 +839,46 @@ def _check_quantization(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> No
             ctx.error(_node_at(root, "quantization", "keep_float"), "quantization.keep_float",
                       f"target {target.name!r} runs no float ops left in a quantized model: "
                       f"{quantization_line(target)}")
+        if q.int16_ops and "int16x8" not in policy.modes:
+            ctx.error(_node_at(root, "quantization", "int16_ops"), "quantization.int16_ops",
+                      f"target {target.name!r} runs no int16x8 op: {quantization_line(target)}")
+
+
+ENGINE_HINT = "pip install 'edgeconv[tf]'"
+
+
+def _check_engine(q: QuantizationConfig, root: yaml.Node, ctx: Ctx) -> None:
+    """What engine ai-edge-quantizer gives and needs; int16_ops and range_percentile need it."""
+    import importlib.util
+
+    aeq = QuantEngine.AI_EDGE_QUANTIZER
+    for key, used in (("int16_ops", bool(q.int16_ops)), ("range_percentile", q.range_percentile is not None)):
+        if used and q.engine is not aeq:
+            ctx.error(_node_at(root, "quantization", key), f"quantization.{key}",
+                      f"needs engine: {aeq.value} (the TFLite converter's quantizer cannot do it)")
+    if q.int16_ops and q.mode is not QuantMode.INT8:
+        ctx.error(_node_at(root, "quantization", "int16_ops"), "quantization.int16_ops",
+                  f"applies to mode int8 only (mode is {q.mode.value}; int16x8 gives every op int16 activations)")
+    if q.engine is not aeq:
+        return
+    at = _node_at(root, "quantization", "engine")
+    if not q.mode.calibrated:
+        ctx.error(at, "quantization.engine", f"{aeq.value} applies to modes int8 and int16x8 only (mode is "
+                  f"{q.mode.value})")
+        return
+    if q.keep_float:
+        ctx.error(_node_at(root, "quantization", "keep_float"), "quantization.keep_float",
+                  f"is done by the converter's selective quantization, not with engine {aeq.value}; "
+                  "use one or the other")
+    native = IOType.INT8 if q.mode is QuantMode.INT8 else IOType.INT16
+    for which in ("input", "output"):
+        value = getattr(q, f"{which}_type")
+        if value not in (IOType.AUTO, native):
+            ctx.error(_node_at(root, "quantization", f"{which}_type"), f"quantization.{which}_type",
+                      f"engine {aeq.value} gives {native.value} {which}s in mode {q.mode.value}; set "
+                      f"{which}_type: {native.value} or auto")
+    if importlib.util.find_spec("ai_edge_quantizer") is None:
+        ctx.error(at, "quantization.engine", f"{aeq.value} is not installed: {ENGINE_HINT}")
 
 
 def _check_verification(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:

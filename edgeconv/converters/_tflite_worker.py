@@ -20,6 +20,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from edgeconv.converters.aeq import PatternError, matching
+
 _NOISE = re.compile(r"^(W|I)\d{4} |^WARNING: All log messages|^loc\(|^\s*$")
 
 
@@ -94,15 +96,16 @@ def convert(job_dir: Path, report: IO[str] | None = None) -> int:
             layers = _layer_errors(tf, job, _input_order(model, job), denied)
             (job_dir / "layers.json").write_text(json.dumps(layers))
         if job["float_reference"]:
-            float_job = {**job, "mode": "none", "keep_float": []}
-            (job_dir / "float.tflite").write_bytes(_convert(tf, job_dir, float_job, representative)[0])
-    except KeepFloatError as exc:
-        (job_dir / "error.json").write_text(json.dumps({"type": "keep_float", "message": str(exc)}))
+            (job_dir / "float.tflite").write_bytes(_float_model(tf, job_dir, job, representative))
+    except PatternError as exc:
+        (job_dir / "error.json").write_text(json.dumps({"type": "pattern", "message": str(exc)}))
         return 2
     except Exception as exc:  # the converter's errors are many types; all mean "rejected" ...
         if _raised_by_edgeconv(exc):  # ... unless our own code raised it: a bug, said as one (exit 3)
             raise
-        (job_dir / "error.json").write_text(json.dumps({"type": type(exc).__name__, "message": _summary(str(exc))}))
+        by = "AI Edge Quantizer" if _raised_in(exc, "/ai_edge_quantizer/") else "the TFLite converter"
+        (job_dir / "error.json").write_text(json.dumps({"type": type(exc).__name__, "message": _summary(str(exc)),
+                                                        "by": by}))
         return 2
     (job_dir / "model.tflite").write_bytes(model)
     return 0
@@ -118,10 +121,19 @@ def _raised_by_edgeconv(exc: BaseException) -> bool:
         name = tb.tb_frame.f_code.co_filename.replace("\\", "/")
         if "/edgeconv/" in name:
             ours = True
-        elif "/tensorflow/" in name or "/ai_edge_litert/" in name:
+        elif "/tensorflow/" in name or "/ai_edge_litert/" in name or "/ai_edge_quantizer/" in name:
             ours = False
         tb = tb.tb_next
     return ours
+
+
+def _raised_in(exc: BaseException, folder: str) -> bool:
+    tb = exc.__traceback__
+    while tb is not None:
+        if folder in tb.tb_frame.f_code.co_filename.replace("\\", "/"):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 _CALIBRATED: dict[str, Any] = {}  # per calibration data: the build's calibrated float model
@@ -240,10 +252,6 @@ def _layer_errors(tf: Any, job: dict[str, Any], order: list[str], denied: list[s
     return out
 
 
-class KeepFloatError(Exception):
-    """A keep_float pattern matches no op of the model."""
-
-
 def _converter(tf: Any, job_dir: Path, job: dict[str, Any], representative: Any) -> Any:
     types = {"int8": tf.int8, "uint8": tf.uint8, "int16": tf.int16, "float32": tf.float32}
     converter = tf.lite.TFLiteConverter.from_saved_model(job["saved_model"], signature_keys=["serving_default"])
@@ -270,6 +278,14 @@ def _converter(tf: Any, job_dir: Path, job: dict[str, Any], representative: Any)
 
 def _convert(tf: Any, job_dir: Path, job: dict[str, Any], representative: Any) -> tuple[bytes, list[str] | None]:
     """The converted model, and the op output names keep_float left in float (None: no keep_float)."""
+    if job.get("engine") == "ai-edge-quantizer" and job["mode"] in ("int8", "int16x8"):
+        from edgeconv.converters import aeq
+
+        float_model = _float_model(tf, job_dir, job, representative)
+        print("edgeconv worker: quantizing the float model with AI Edge Quantizer", file=sys.stderr, flush=True)
+        model, _ = aeq.quantize(float_model, representative, mode=job["mode"], per_channel=job["per_channel"],
+                                int16_ops=job["int16_ops"], percentile=job["range_percentile"])
+        return model, None
     converter = _converter(tf, job_dir, job, representative)
     if not job["keep_float"]:
         return bytes(converter.convert()), None
@@ -282,18 +298,22 @@ def _convert(tf: Any, job_dir: Path, job: dict[str, Any], representative: Any) -
     return bytes(debugger.get_nondebug_quantized_model()), denied
 
 
+_FLOAT: dict[str, bytes] = {}  # the float conversion of each SavedModel: the reference and AI Edge Quantizer's input
+
+
+def _float_model(tf: Any, job_dir: Path, job: dict[str, Any], representative: Any) -> bytes:
+    key = job["saved_model"]
+    if key not in _FLOAT:
+        _FLOAT.clear()
+        _FLOAT[key] = bytes(_converter(tf, job_dir, {**job, "mode": "none", "keep_float": []}, representative)
+                            .convert())
+    return _FLOAT[key]
+
+
 def _keep_float_names(job: dict[str, Any], model: bytes) -> list[str]:
     """The op output names the keep_float patterns match in the quantized model; a pattern that matches
     nothing is an error."""
-    names = _op_output_names(model)
-    denied: set[str] = set()
-    for pattern in job["keep_float"]:
-        matched = {n for n in names if re.search(pattern, n)}
-        if not matched:
-            raise KeepFloatError(f"quantization.keep_float: {pattern!r} matches no op output of the model (e.g. "
-                                 f"{', '.join(sorted(names)[:5])})")
-        denied |= matched
-    return sorted(denied)
+    return matching("keep_float", job["keep_float"], _op_output_names(model))
 
 
 def _op_output_names(model: bytes) -> list[str]:

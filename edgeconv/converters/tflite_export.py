@@ -44,6 +44,9 @@ class ExportOptions:
     batch_size: int
     mode: str = "int8"  # int8 | int16x8 | dynamic | float16 | none
     keep_float: tuple[str, ...] = ()  # regexes over op output names left float (int8/int16x8)
+    engine: str = "converter"  # converter | ai-edge-quantizer (applied to the float conversion)
+    int16_ops: tuple[str, ...] = ()  # regexes over op output names given int16 activations (ai-edge-quantizer)
+    range_percentile: float | None = None  # activation ranges at this percentile (ai-edge-quantizer)
     timeout_s: float = 1800.0
 
 
@@ -199,6 +202,9 @@ def _run_worker(worker: Worker, graph: FrozenGraph, workdir: Path, calibration: 
         "per_channel": options.per_channel,
         "mode": options.mode,
         "keep_float": list(options.keep_float),
+        "engine": options.engine,
+        "int16_ops": list(options.int16_ops),
+        "range_percentile": options.range_percentile,
         "debug": None if debug is None else {"inputs": _spool_json(debug), "count": debug.count},
         "float_reference": float_reference,
     }
@@ -212,12 +218,13 @@ def _run_worker(worker: Worker, graph: FrozenGraph, workdir: Path, calibration: 
                         float_file.read_bytes() if float_file.exists() else None)
     if returncode == EXIT_CONVERTER_ERROR and (workdir / "error.json").exists():
         error = json.loads((workdir / "error.json").read_text())
-        if error["type"] == "keep_float":
+        if error["type"] == "pattern":
             raise ModelError(error["message"])
         flex = sorted(set(re.findall(r"\bFlex(\w+)", error["message"])))
         if flex:
             raise ModelError(_flex_message(graph, flex))
-        raise ModelError(f"the TFLite converter rejected the model ({error['type']}): {error['message']}")
+        raise ModelError(f"{error.get('by', 'the TFLite converter')} rejected the model ({error['type']}): "
+                         f"{error['message']}")
     if returncode < 0:
         name = signal.Signals(-returncode).name
         hint = _crash_hint(graph)

@@ -606,7 +606,8 @@ def _installed(key: str) -> str:
     ("{numpy: '<1'}", "p.yaml:6: requires.numpy: the installed numpy {numpy} is outside '<1': a different toolchain "
      "changes the bytes and sometimes the accuracy; install a matching version or change requires"),
     ("{tensorflw: '>=2'}", "p.yaml:6: requires.tensorflw: unknown toolchain part 'tensorflw' (allowed: "
-     "ai-edge-litert, edgeconv, ethos-u-vela, keras, numpy, onnx, onnxruntime, python, tensorflow, tf2onnx); did you "
+     "ai-edge-litert, ai-edge-quantizer, edgeconv, ethos-u-vela, keras, numpy, onnx, onnxruntime, python, tensorflow, "
+     "tf2onnx); did you "
      "mean 'tensorflow'?"),
     ("{keras: 'three'}", "p.yaml:6: requires.keras: 'three' is not a version specifier (e.g. '>=2.20,<2.22')"),
 ])
