@@ -29,7 +29,8 @@ from .calibration.checks import (DataWarning, activation_warnings, data_warnings
                                  quantization_warnings)
 from .calibration.config import CalibrationConfig, EvaluationConfig
 from .calibration.samples import Progress, RandomReader, SampleSet, collect
-from .config import GatesConfig, ModelFormat, PipelineConfig, gate_limits, installed_toolchain, load_pipeline, resolved_yaml
+from .config import (GatesConfig, ModelFormat, PipelineConfig, QuantEngine, QuantizationConfig, gate_limits,
+                     installed_toolchain, load_pipeline, resolved_yaml)
 from .converters.model import LoadedModel
 from .converters.tflite_reader import TFLiteModel, parse_tflite, read_tflite
 from .diff import diff, load_report, regressions
@@ -280,6 +281,8 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     cal_cfg = config.calibration
     q = config.quantization
     clock = _Clock(progress)
+    if repaired is not None and "seconds" in repaired:
+        clock.carry("repair", repaired["seconds"])
     clock.begin("loading the model")
     log.info("loading %s (%s) in inference mode", rel(config.model.path), config.model.resolved_format().value)
     from .converters.loaders import load_model
@@ -322,17 +325,19 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
 
     clock.lap("passes")
     if q.mode.calibrated:
-        log.info("converting to %s with %d calibration samples", q.mode.value, calib.count)
+        log.info("converting to %s with %d calibration samples%s", q.mode.value, calib.count,
+                 " (quantized by AI Edge Quantizer)" if q.engine is QuantEngine.AI_EDGE_QUANTIZER else "")
     else:
         log.info("converting to %s (no calibration)", q.mode.value)
     from .converters.tflite_export import Converter, ExportOptions
 
     clock.begin("converting")
 
-    options = ExportOptions(q.io("input").value, q.io("output").value, q.per_channel, batch, mode=q.mode.value,
-                            keep_float=q.keep_float)
+    options = export_options(q, batch)
     converter = Converter(graph, work / "export", worker)
-    analyse = evaluation is not None and config.verify.culprits > 0 and q.mode.calibrated
+    # The per-op ranking measures the converter's quantization (TF's QuantizationDebugger on its calibration).
+    analyse = (evaluation is not None and config.verify.culprits > 0 and q.mode.calibrated
+               and q.engine is QuantEngine.CONVERTER)
     if analyse:
         log.info("measuring the error each quantized op adds on the evaluation data")
     exported = converter.convert(calib, options, "model", progress, debug=evaluation if analyse else None,
@@ -340,12 +345,14 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     clock.lap("convert")
     tflite_name = f"{config.build_name}.tflite"
     model = parse_tflite(exported.tflite, tflite_name)
-    _check_io_types(model, q.io("input").value, q.io("output").value)
+    _check_io_types(model, q.io("input").value, q.io("output").value, bool(q.int16_ops))
     log.info("checking %d ops against %s", len(model.ops), ", ".join(t.name for t in targets))
     results = tuple(check_model(model, t) for t in targets)
-    quant_warnings = quantization_warnings(model, expected=expected, evaluation=evaluation)
+    quant_warnings = quantization_warnings(model, expected=expected, evaluation=evaluation,
+                                           percentile=q.range_percentile)
     if exported.float_tflite is not None and evaluation is not None and q.mode.calibrated:
-        quant_warnings += activation_warnings(exported.float_tflite, model, evaluation, batch)
+        quant_warnings += activation_warnings(exported.float_tflite, model, evaluation, batch,
+                                              percentile=q.range_percentile)
     for w in quant_warnings:
         log.warning("calibration: %s", w.message)
     warnings += quant_warnings
@@ -379,7 +386,8 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     clock.begin("measuring parity")
     verification = (_verify(config, loaded, reference, converter, calib, evaluation, exported, model,
                             suggest_keep_float, progress, limits,
-                            Repairing(targets, recollect, clock) if repaired is None and config.repair.enabled
+                            Repairing(targets, recollect, clock, expected)
+                            if repaired is None and config.repair.enabled
                             else None) if not runs["failed"] else Verification())
     clock.lap("verify")
     if verification.repair is not None and verification.repair["chosen"] is not None:
@@ -390,8 +398,13 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
         assert verification.repair["snippet"] is not None
         log.info("repair: building with trial %d", verification.repair["chosen"])
         (work / "repaired").mkdir()
+        # What the build as configured found stays in the report next to the fix (the rebuilt model may no
+        # longer show it), and the time it and the search took is the rebuilt build's "repair" stage.
+        searched: rm.Repair = {**verification.repair, "seconds": round(time.perf_counter() - clock.start, 2),
+                               "as_configured": {"failed": verdict.failed_sentences(verification.checks),
+                                                 "findings": [w.to_json() for w in warnings]}}
         return _build(apply(config, yaml.safe_load(verification.repair["snippet"])), out_dir, targets,
-                      work / "repaired", progress, suggest_keep_float, baseline, worker, verification.repair)
+                      work / "repaired", progress, suggest_keep_float, baseline, worker, searched)
     found = repaired if repaired is not None else verification.repair
     repair_checks = (verdict.simple("repair.search", verdict.Kind.AGREEMENT, found["chosen"] is not None,
                                     found["summary"], len(found["trials"]), config.repair.max_trials),) if found else ()
@@ -458,6 +471,7 @@ class Repairing:
     targets: Sequence[Target]
     recollect: Callable[[CalibrationConfig, int], SampleSet]
     clock: _Clock
+    expected: Mapping[str, tuple[float, float]]  # the declared input ranges the inputs' quantization is checked on
 
 
 @dataclasses.dataclass(frozen=True)
@@ -502,6 +516,12 @@ class _Clock:
         if self.label is not None and self.progress is not None:
             self.progress(self.label, 1, 0)
         self.label = None
+
+    def carry(self, stage: str, seconds: float) -> None:
+        """A stage that ran before this clock started (the build as configured and the repair search, before
+        the rebuild): counted in the stages and the total."""
+        self.stages[stage] = self.stages.get(stage, 0.0) + seconds
+        self.start -= seconds
 
     def to_json(self) -> rm.Timings:
         return {"stages_s": {k: round(v, 2) for k, v in self.stages.items()},
@@ -583,17 +603,16 @@ def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, convert
     found = None
     if repairing is not None and any(c.outcome.fails for c in checks
                                      if c.kind in (verdict.Kind.AGREEMENT, verdict.Kind.ACCURACY)):
-        found = _repair(config, repairing, converter, calib, measure, ranked, limits, progress)
+        found = _repair(config, repairing, converter, calib, evaluation, measure, ranked, limits, progress)
     return Verification(result, ranked[:config.verify.culprits] if ranked is not None else None, ranked,
                         suggestion, tuple(checks), found)
 
 
 def _repair(config: PipelineConfig, repairing: Repairing, converter: Any, calib: SampleSet,
-            measure: Callable[[bytes], rm.Parity], ranked: list[rm.Culprit] | None, limits: verdict.Limits,
+            evaluation: SampleSet | None, measure: Callable[[bytes], rm.Parity], ranked: list[rm.Culprit] | None, limits: verdict.Limits,
             progress: Progress | None) -> rm.Repair:
     """The repair search (edgeconv/verify/repair.py): each candidate converted by the build's converter
-    worker, measured on the build's samples, checked against every target."""
-    from .converters.tflite_export import ExportOptions
+    worker, measured on the build's samples, checked against every target and the inputs' ranges."""
     from .verify import repair
 
     repairing.clock.lap("verify")
@@ -607,13 +626,21 @@ def _repair(config: PipelineConfig, repairing: Repairing, converter: Any, calib:
         pq = patched.quantization
         data = (calib if patched.calibration is None or patched.calibration == config.calibration
                 else repairing.recollect(patched.calibration, n))
-        options = ExportOptions(pq.io("input").value, pq.io("output").value, pq.per_channel,
-                                config.model.batch_size, mode=pq.mode.value, keep_float=pq.keep_float)
-        built = converter.convert(data, options, f"repair{n}", progress).tflite
+        options = export_options(pq, config.model.batch_size)
+        try:
+            built = converter.convert(data, options, f"repair{n}", progress).tflite
+        except ModelError as exc:  # the change does not apply to this model (a pattern matches no op): a failed trial
+            return repair.TrialResult([f"the conversion failed: {exc}"], 0, None, {}, {},
+                                      {t.name: 0.0 for t in targets})
         measured = measure(built)
-        results = tuple(check_model(parse_tflite(built, f"repair trial {n}"), t) for t in targets)
+        model = parse_tflite(built, f"repair trial {n}")
+        results = tuple(check_model(model, t) for t in targets)
+        # The inputs' quantization judged as the build judges it: a trial that clips its inputs fails here too.
+        findings = quantization_warnings(model, expected=repairing.expected, evaluation=evaluation,
+                                         percentile=pq.range_percentile)
         failed = verdict.failed_sentences([*verdict.agreement_checks(measured, limits),
-                                           *verdict.target_checks(results, limits)])
+                                           *verdict.target_checks(results, limits),
+                                           *verdict.calibration_checks(findings, limits)])
         accuracy = measured["accuracy"]
         return repair.TrialResult(
             failed, len(built), accuracy.get("built") if accuracy is not None else None,
@@ -624,7 +651,8 @@ def _repair(config: PipelineConfig, repairing: Repairing, converter: Any, calib:
     cands, skipped = repair.candidates(
         config, no_float=[t.name for t in targets if not t.quantization.float_fallback],
         no_int16=[t.name for t in targets if "int16x8" not in t.quantization.modes], available=calib.available,
-        used=calib.count, ranked=ranked, max_keep_float=config.verify.max_keep_float)
+        used=calib.count, ranked=ranked, max_keep_float=config.verify.max_keep_float,
+        quantizer=repair.quantizer_problem(config))
     log.info("repair: the gates fail; %d change(s) to try (repair.max_trials %d)", len(cands),
              config.repair.max_trials)
     found = repair.search(cands, trial, max_trials=config.repair.max_trials,
@@ -632,6 +660,15 @@ def _repair(config: PipelineConfig, repairing: Repairing, converter: Any, calib:
                           log=log.info)
     repairing.clock.lap("repair")
     return found
+
+
+def export_options(q: QuantizationConfig, batch: int) -> Any:
+    """What the converter worker is asked for, from the pipeline's quantization section."""
+    from .converters.tflite_export import ExportOptions
+
+    return ExportOptions(q.io("input").value, q.io("output").value, q.per_channel, batch, mode=q.mode.value,
+                         keep_float=q.keep_float, engine=q.engine.value, int16_ops=q.int16_ops,
+                         range_percentile=q.range_percentile)
 
 
 def _onnx(config: PipelineConfig, graph: FrozenGraph, reference: Any, tflite: bytes, model: TFLiteModel,
@@ -750,7 +787,7 @@ def _can_suggest(config: PipelineConfig, targets: Sequence[Target]) -> None:
         raise ConfigError(problems)
 
 
-def _check_io_types(model: TFLiteModel, input_type: str, output_type: str) -> None:
+def _check_io_types(model: TFLiteModel, input_type: str, output_type: str, int16_ops: bool = False) -> None:
     """The .tflite must have the input/output types the report will claim. A model whose output the
     converter keeps float (an op with no quantized kernel feeds it) is a property of the model: a clear
     error naming the output, the op and the fix, not a crash."""
@@ -766,6 +803,11 @@ def _check_io_types(model: TFLiteModel, input_type: str, output_type: str) -> No
                 continue
             name = names.get(index, tensor.name)
             op = model.producer(tensor)
+            if int16_ops and tensor.dtype.value == "int16":
+                problems.append(f"model {which} '{name}' is int16, not the configured {want}: quantization.int16_ops "
+                                f"gives int16 activations to the op that {'reads' if which == 'input' else 'writes'} "
+                                "it. Fix: leave that op out of int16_ops")
+                continue
             cause = f" (written by op #{op.index} {op.label} '{op.name}')" if op is not None else ""
             fix = f"set quantization.{which}_type: {tensor.dtype.value}" + (
                 f", or replace {op.label} with an op the converter quantizes" if op is not None else "")
@@ -928,6 +970,9 @@ def _quantization_json(config: PipelineConfig, out_dir: Path, calib: SampleSet |
         "output_type": q.io("output").value,
         "per_channel": q.per_channel,
         "keep_float": list(q.keep_float),
+        "engine": q.engine.value,
+        "int16_ops": list(q.int16_ops),
+        "range_percentile": q.range_percentile,
         # What each target allows, and so which target imposed what (a mode or keep_float it does not
         # allow is a config error before the build).
         "allowed_by_targets": [{"target": t.name, "modes": list(t.quantization.modes),

@@ -285,14 +285,24 @@ def targets_markdown(targets: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def _engine_text(q: Mapping[str, Any]) -> str:
+    """How AI Edge Quantizer quantized the model, when it did."""
+    if q.get("engine") != "ai-edge-quantizer":
+        return ""
+    parts = [f"int16 activations for {', '.join(q['int16_ops'])}"] if q.get("int16_ops") else []
+    if q.get("range_percentile") is not None:
+        parts.append(f"activation ranges at the {q['range_percentile']:g}th percentile")
+    return ", quantized by AI Edge Quantizer" + (f" ({'; '.join(parts)})" if parts else "")
+
+
 def to_markdown(report: Mapping[str, Any]) -> str:
     gate = report["gate"]
     tfl = report["artifacts"]["tflite"]
     q = report["quantization"]
     model = report["model"]
     how = (f"{q['mode']}, {q['input_type']} in / {q['output_type']} out"
-           + (f", float kept for {', '.join(q['keep_float'])}" if q.get("keep_float") else "") if q is not None
-           else "an existing .tflite, checked as it is")
+           + (f", float kept for {', '.join(q['keep_float'])}" if q.get("keep_float") else "")
+           + _engine_text(q) if q is not None else "an existing .tflite, checked as it is")
     lines = [f"# edgeconv report: {report['name']}", "",
              f"**Gate: {gate['verdict'].upper()}**. Built `{tfl['path']}` ({tfl['bytes']:,} bytes, {how}) from "
              f"`{model['path']}` ({model['format']}).", ""]
@@ -365,6 +375,13 @@ def repair_markdown(found: Mapping[str, Any] | None) -> list[str]:
     if not found:
         return []
     lines = ["## Repair", "", found["summary"] + ".", ""]
+    cause = found.get("as_configured")
+    if cause is not None:
+        lines += ["The build as configured (before the change):", ""]
+        lines += [f"- failed: {_esc(f)}" for f in cause["failed"]]
+        lines += [f"- calibration finding{' (severe)' if f['severe'] else ''}: {_esc(f['message'])}"
+                  for f in cause["findings"]]
+        lines.append("")
     lines += [f"- not tried: {why}" for why in found["skipped"]] + ([""] if found["skipped"] else [])
     if found["snippet"]:
         lines += ["The output is built with this change; add it to the pipeline (merge the keys into the sections "
@@ -416,6 +433,11 @@ def verification_markdown(report: Mapping[str, Any]) -> list[str]:
                   f"{' (output: not ranked)' if c['model_output'] else ''} | {_num(c['sqnr_db'], '.1f')} | "
                   f"{c['rmse_per_scale']:.2f} |" for c in culprits]
         lines.append("")
+    elif (report.get("quantization") or {}).get("engine") == "ai-edge-quantizer" and report.get("parity"):
+        lines += ["## Where the quantization error comes from", "",
+                  "Not measured: the per-op ranking compares the TFLite converter's quantization op by op (TF's "
+                  "QuantizationDebugger), and AI Edge Quantizer quantized this model. The parity numbers above are "
+                  "the built model's.", ""]
     suggestion = report.get("keep_float_suggestion")
     if suggestion is not None:
         lines += ["## Keeping layers in float", ""]

@@ -185,6 +185,13 @@ class Quantization(TypedDict):
     per_channel: NotRequired[bool]
     keep_float: NotRequired[Annotated[list[str], Doc("Patterns of op output names left float (selective "
                                                      "quantization).")]]
+    engine: NotRequired[Annotated[str, OneOf(("converter", "ai-edge-quantizer")),
+                                  Doc("What quantized the model: the TFLite converter, or AI Edge Quantizer "
+                                      "applied to the float .tflite.")]]
+    int16_ops: NotRequired[Annotated[list[str], Doc("Patterns of op output names given int16 activations in an "
+                                                    "int8 model (AI Edge Quantizer).")]]
+    range_percentile: NotRequired[Annotated[float | None, Doc(
+        "Activation ranges at this percentile of the calibration values (null: their min and max).")]]
     allowed_by_targets: NotRequired[Annotated[list[TargetAllowance], Doc(
         "What each target allows: the modes its verdicts hold for, and whether it runs float ops left in a "
         "quantized model.")]]
@@ -240,6 +247,11 @@ class RepairTrial(TypedDict):
     seconds: float
 
 
+class RepairCause(TypedDict):
+    failed: list[str]
+    findings: list[DataFinding]
+
+
 class Repair(TypedDict):
     trials: list[RepairTrial]
     chosen: Annotated[int | None, Doc("The trial the output is built with (None: no trial passed)")]
@@ -248,6 +260,11 @@ class Repair(TypedDict):
     closest: Annotated[int | None, Doc("Without a passing trial: the one that failed the fewest gates")]
     skipped: Annotated[list[str], Doc("The kinds of change not tried, and why")]
     summary: str
+    seconds: NotRequired[Annotated[float, Doc("The build as configured and the search, before the rebuild with "
+                                              "the chosen change")]]
+    as_configured: NotRequired[Annotated[RepairCause, Doc(
+        "What the build as configured found, before the change: the gates it failed and its calibration findings "
+        "(the rebuilt model may no longer show them)")]]
 
 
 class KeepFloatSuggestion(TypedDict):

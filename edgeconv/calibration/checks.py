@@ -98,8 +98,10 @@ def data_warnings(calib: SampleSet, *, min_samples: int, evaluation: SampleSet |
 
 
 def quantization_warnings(model: TFLiteModel, *, expected: Mapping[str, tuple[float, float]],
-                          evaluation: SampleSet | None) -> list[DataWarning]:
-    """Is the input quantization the converter chose consistent with the input range in use?"""
+                          evaluation: SampleSet | None, percentile: float | None = None) -> list[DataWarning]:
+    """Is the input quantization the converter chose consistent with the input range in use? With
+    ``percentile`` (quantization.range_percentile: ranges that clip rare outliers by design) the evaluation
+    range it is compared with is the one at the same percentile."""
     out: list[DataWarning] = []
     sg = model.main
     sig = model.signatures[0] if model.signatures else None
@@ -115,6 +117,9 @@ def quantization_warnings(model: TFLiteModel, *, expected: Mapping[str, tuple[fl
         span = ((lo - zero) * scale, (hi - zero) * scale)
         if name in expected:
             want, what = expected[name], "the declared input range"
+        elif evaluation is not None and name in evaluation.stats and percentile is not None:
+            want, what = _percentile_range(evaluation, name, percentile), \
+                f"the evaluation range at the {percentile:g}th percentile"
         elif evaluation is not None and name in evaluation.stats:
             want, what = (evaluation.stats[name]["min"], evaluation.stats[name]["max"]), "the evaluation range"
         else:
@@ -124,18 +129,26 @@ def quantization_warnings(model: TFLiteModel, *, expected: Mapping[str, tuple[fl
     return out
 
 
+def _percentile_range(data: SampleSet, name: str, percentile: float) -> tuple[float, float]:
+    """The range of input ``name`` between the low and the high ``percentile`` of its values on the first
+    ACTIVATION_SAMPLES samples."""
+    every = np.asarray(next(data.batches(ACTIVATION_SAMPLES, ACTIVATION_SAMPLES, partial=True))[name], np.float64)
+    return float(np.percentile(every, 100.0 - percentile)), float(np.percentile(every, percentile))
+
+
 CLIPS = 0.001  # more of a tensor's evaluation values than this beyond its quantized range: a finding
 ACTIVATION_SAMPLES = 200  # evaluation samples the intermediate ranges are measured on (the first ones)
 _LIMITS = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}
 
 
 def activation_warnings(float_tflite: bytes, model: TFLiteModel, evaluation: SampleSet, batch: int,
-                        listed: int = 3) -> list[DataWarning]:
+                        listed: int = 3, percentile: float | None = None) -> list[DataWarning]:
     """Do the built model's intermediate tensors hold what they carry on the evaluation data? Each quantized
     op output of ``model`` is compared with the same tensor of the float .tflite run on the evaluation
     samples: values beyond the range the calibration gave it clip, in int8 and int16 alike. The model's
     inputs are checked by :func:`quantization_warnings`; here the tensors inside (a layer whose range the
-    calibration data does not reach, while its inputs' ranges look fine)."""
+    calibration data does not reach, while its inputs' ranges look fine). With ``percentile`` the ranges clip
+    up to ``100 - percentile`` % of the values on each side by design: only more than that is a finding."""
     from ..verify.runner import TFLiteRunner
 
     # The inputs' quantized views are quantization_warnings' to check; the outputs are what parity measures.
@@ -169,7 +182,8 @@ def activation_warnings(float_tflite: bytes, model: TFLiteModel, evaluation: Sam
             s[0], s[1] = min(s[0], float(v.min())), max(s[1], float(v.max()))
             s[2] += float(np.count_nonzero((v < lo) | (v > hi)))
             s[3] += v.size
-    clipped = sorted(((s[2] / s[3], name) for name, s in seen.items() if s[3] and s[2] / s[3] > CLIPS), reverse=True)
+    limit = CLIPS + (2 * (100.0 - percentile) / 100.0 if percentile is not None else 0.0)
+    clipped = sorted(((s[2] / s[3], name) for name, s in seen.items() if s[3] and s[2] / s[3] > limit), reverse=True)
     out = []
     for share, name in clipped[:listed]:
         lo, hi, dtype = spans[name]

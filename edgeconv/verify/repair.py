@@ -5,9 +5,18 @@ Candidates, in the order they are tried (each only where it applies):
 
 1. per-channel weights, when the pipeline quantizes weights per tensor;
 2. more calibration samples (twice as many, up to what the data holds), when the data holds more;
-3. the ops that add the most quantization error kept in float, one more at a time (the per-op error
-   ranking picks them), when every target runs float ops left in a quantized model;
-4. int16 activations with int8 weights (int16x8), when every target runs that mode.
+3. activation ranges that clip rare outliers: the 99.99th, then the 99.9th percentile of the calibration
+   values instead of their min and max (AI Edge Quantizer; the TFLite converter's quantizer has no such
+   calibration);
+4. int16 activations for the ops that add the most quantization error, one more at a time up to
+   MAX_INT16_OPS (the per-op error ranking picks them; AI Edge Quantizer: the converter gives a whole
+   model one mode), when every target runs int16x8;
+5. the ops that add the most quantization error kept in float, one more at a time, when every target
+   runs float ops left in a quantized model;
+6. int16 activations with int8 weights for the whole model (int16x8), when every target runs that mode.
+
+The AI Edge Quantizer candidates need it installed (edgeconv[tf]) and a pipeline that does not keep ops
+float with the converter's keep_float.
 
 Each trial converts the model with the change (the build's converter worker, TensorFlow already
 loaded), measures it against the float model on the same samples as the build, and checks it against
@@ -28,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import report_model as rm
-from ..config import PipelineConfig, QuantMode
+from ..config import PipelineConfig, QuantEngine, QuantMode
 from ..errors import rel
 
 
@@ -52,15 +61,21 @@ class TrialResult:
     mac_share: dict[str, float]  # per target: share of the MACs on supported kernels
 
 
+PERCENTILES = (99.99, 99.9)  # range_percentile candidates, the least clipping first
+MAX_INT16_OPS = 3  # most of the worst ops given int16 activations, one more at a time
+
+
 def candidates(config: PipelineConfig, *, no_float: Sequence[str], no_int16: Sequence[str], available: int | None,
-               used: int, ranked: Sequence[Mapping[str, Any]] | None,
-               max_keep_float: int) -> tuple[list[Candidate], list[str]]:
+               used: int, ranked: Sequence[Mapping[str, Any]] | None, max_keep_float: int,
+               quantizer: str | None = None) -> tuple[list[Candidate], list[str]]:
     """The changes worth a trial for this pipeline, cheapest first (see the module docstring), and why each
     kind of change that is not among them does not apply. ``no_float`` / ``no_int16``: the targets that run
-    no float op in a quantized model / no int16x8 model."""
+    no float op in a quantized model / no int16x8 model. ``quantizer``: why AI Edge Quantizer cannot be used
+    here (None: it can)."""
     from .culprits import keep_float_pattern
 
     q = config.quantization
+    aeq = {"engine": QuantEngine.AI_EDGE_QUANTIZER.value}
     out: list[Candidate] = []
     skipped: list[str] = []
     if not q.per_channel:
@@ -72,16 +87,44 @@ def candidates(config: PipelineConfig, *, no_float: Sequence[str], no_int16: Seq
         out.append(Candidate(f"{more} calibration samples instead of {used}", {"calibration": {"samples": more}}))
     else:
         skipped.append(f"more calibration samples: the data holds no more than the {used} used")
+    if quantizer is None and q.keep_float:
+        quantizer = "the pipeline keeps ops float with the converter's selective quantization (keep_float)"
+    if quantizer is not None:
+        skipped.append(f"outlier-robust ranges and int16 for some ops (AI Edge Quantizer): {quantizer}")
+    elif q.range_percentile is not None:
+        skipped.append(f"outlier-robust ranges: already at the {q.range_percentile:g}th percentile")
+    else:
+        for p in PERCENTILES:
+            out.append(Candidate(f"activation ranges at the {p:g}th percentile of the calibration values "
+                                 "(AI Edge Quantizer)", {"quantization": {**aeq, "range_percentile": p}}))
+    worst = [c for c in ranked or () if not c.get("model_output")]
+    if quantizer is not None:
+        pass
+    elif q.mode is not QuantMode.INT8:
+        skipped.append(f"int16 for the worst ops: the mode is already {q.mode.value}")
+    elif no_int16:
+        skipped.append(f"int16 for the worst ops: {', '.join(no_int16)} do(es) not run int16x8")
+    elif not worst:
+        skipped.append("int16 for the worst ops: no per-op error ranking to pick them (verify.culprits is 0)")
+    else:
+        for k in range(1, min(MAX_INT16_OPS, len(worst)) + 1):
+            kept = worst[:k]
+            out.append(Candidate(f"int16 activations for the {k} op(s) adding the most error ({_layers(kept)}; AI "
+                                 "Edge Quantizer)",
+                                 {"quantization": {**aeq, "int16_ops": [*q.int16_ops,
+                                                                        *(keep_float_pattern(c["tensor"])
+                                                                          for c in kept)]}}))
     if no_float:
         skipped.append(f"ops kept in float: {', '.join(no_float)} run(s) no float op in a quantized model")
+    elif q.engine is QuantEngine.AI_EDGE_QUANTIZER:
+        skipped.append("ops kept in float: keep_float is the converter's; the pipeline uses AI Edge Quantizer")
     elif not ranked:
         skipped.append("ops kept in float: no per-op error ranking to pick them (verify.culprits is 0)")
     else:
-        worst = [c for c in ranked if not c.get("model_output")] or list(ranked)
+        worst = worst or list(ranked)
         for k in range(1, min(max_keep_float, len(worst)) + 1):
             kept = worst[:k]
-            layers = sorted({layer for c in kept for layer in c["source_layers"]}) or [c["tensor"] for c in kept]
-            out.append(Candidate(f"keep the {k} op(s) adding the most error in float ({', '.join(layers)})",
+            out.append(Candidate(f"keep the {k} op(s) adding the most error in float ({_layers(kept)})",
                                  {"quantization": {"keep_float": [*q.keep_float,
                                                                   *(keep_float_pattern(c["tensor"]) for c in kept)]}}))
     if q.mode is not QuantMode.INT8:
@@ -90,8 +133,31 @@ def candidates(config: PipelineConfig, *, no_float: Sequence[str], no_int16: Seq
         skipped.append(f"int16x8: {', '.join(no_int16)} do(es) not run it")
     else:
         out.append(Candidate("int16 activations, int8 weights (int16x8)",
-                             {"quantization": {"mode": "int16x8", "input_type": "auto", "output_type": "auto"}}))
+                             {"quantization": {"mode": "int16x8", "input_type": "auto", "output_type": "auto",
+                                               **({"int16_ops": []} if q.int16_ops else {})}}))
     return out, skipped
+
+
+def quantizer_problem(config: PipelineConfig) -> str | None:
+    """Why the AI Edge Quantizer candidates cannot apply to this pipeline (None: they can)."""
+    import importlib.util
+
+    from ..config import ENGINE_HINT, IOType
+
+    q = config.quantization
+    if importlib.util.find_spec("ai_edge_quantizer") is None:
+        return f"ai-edge-quantizer is not installed ({ENGINE_HINT})"
+    native = IOType.INT16 if q.mode is QuantMode.INT16X8 else IOType.INT8
+    set_ = [f"{which}_type {value.value}" for which in ("input", "output")
+            if (value := getattr(q, f"{which}_type")) not in (IOType.AUTO, native)]
+    if set_:
+        return f"it gives {native.value} inputs and outputs, and the pipeline sets {' and '.join(set_)}"
+    return None
+
+
+def _layers(culprits: Sequence[Mapping[str, Any]]) -> str:
+    return ", ".join(sorted({layer for c in culprits for layer in c["source_layers"]}) or
+                     [c["tensor"] for c in culprits])
 
 
 def apply(config: PipelineConfig, change: Mapping[str, Mapping[str, Any]]) -> PipelineConfig:
@@ -104,9 +170,11 @@ def apply(config: PipelineConfig, change: Mapping[str, Mapping[str, Any]]) -> Pi
             if section == "quantization":
                 if key == "mode":
                     value = QuantMode(value)
+                elif key == "engine":
+                    value = QuantEngine(value)
                 elif key in ("input_type", "output_type"):
                     value = IOType(value)
-                elif key == "keep_float":
+                elif key in ("keep_float", "int16_ops"):
                     value = tuple(value)
                 q = dataclasses.replace(q, **{key: value})
             elif section == "calibration" and cal is not None:

@@ -79,17 +79,22 @@ def test_arm_neon_keeps_the_worst_op_in_float_and_the_snippet_rebuilds_the_same_
     result = edgeconv.build(project(tmp_path, targets=["arm-neon"]))
     found = result.report["repair"]  # the search runs only when the build as configured fails a gate
     assert result.passed, result.report["gate"]["reasons"]
-    # per-channel is already on; more samples first (the data holds 400), then the worst ops in float, one more
-    # at a time: 'mix' alone is not enough (the head's quantized input has the outlier again), 'mix' and
-    # 'head' are. int16x8 passes too, but XNNPACK runs no int16 op: 0 % of the MACs stay on it.
+    # per-channel is already on; more samples first (the data holds 400); percentile ranges do not help (the
+    # outlier unit is in every sample, not a rare value); then int16 and float for the worst ops, one more at a
+    # time: 'mix' alone is not enough (the head's quantized input has the outlier again), 'mix' and 'head' are.
+    # int16 for both and int16x8 pass too, but XNNPACK runs no int16 op: 0 % of the MACs stay on it.
     assert _closing_lines(result.report) == [
         "1: 200 calibration samples instead of 100 -> fail",
-        "2: keep the 1 op(s) adding the most error in float (mix) -> fail",
-        "3: keep the 2 op(s) adding the most error in float (head, mix) -> pass",
-        "4: int16 activations, int8 weights (int16x8) -> pass"]
+        "2: activation ranges at the 99.99th percentile of the calibration values (AI Edge Quantizer) -> fail",
+        "3: activation ranges at the 99.9th percentile of the calibration values (AI Edge Quantizer) -> fail",
+        "4: int16 activations for the 1 op(s) adding the most error (mix; AI Edge Quantizer) -> fail",
+        "5: int16 activations for the 2 op(s) adding the most error (head, mix; AI Edge Quantizer) -> pass",
+        "6: keep the 1 op(s) adding the most error in float (mix) -> fail",
+        "7: keep the 2 op(s) adding the most error in float (head, mix) -> pass",
+        "8: int16 activations, int8 weights (int16x8) -> pass"]
     assert found["skipped"] == ["per-channel weights: already on"]
-    assert [t["mac_share"]["arm-neon"] for t in found["trials"][2:]] == [1.0, 0.0]
-    assert found["chosen"] == 3 and found["stopped"] == "tried every candidate"
+    assert [t["mac_share"]["arm-neon"] for t in found["trials"][3:]] == [0.4545, 0.0, 1.0, 1.0, 0.0]
+    assert found["chosen"] == 7 and found["stopped"] == "tried every candidate"
     kept = yaml.safe_load(found["snippet"])["quantization"]["keep_float"]
     assert [re.sub(r"^\^.*/(\w+)_1/MatMul1\$$", r"\1", k) for k in kept] == ["mix", "head"]
     # The output is the chosen trial's build: its resolved pipeline holds the change ...
@@ -112,9 +117,14 @@ def test_a_target_without_float_ops_gets_int16x8(tmp_path: Path) -> None:
     (tmp_path / "int16-cpu.yaml").write_text(INT16_ONLY)
     result = edgeconv.build(project(tmp_path, targets=["int16-cpu.yaml"]))
     found = result.report["repair"]
-    assert _closing_lines(result.report) == [
-        "1: 200 calibration samples instead of 100 -> fail", "2: int16 activations, int8 weights (int16x8) -> pass"]
-    assert found["chosen"] == 2 and result.passed
+    # int16 for the two worst ops is the whole model here: it passes too, but the converter's int16x8 model is
+    # smaller (AI Edge Quantizer adds a QUANTIZE between the int8 input and the first int16 op).
+    assert _closing_lines(result.report)[3:] == [
+        "4: int16 activations for the 1 op(s) adding the most error (mix; AI Edge Quantizer) -> fail",
+        "5: int16 activations for the 2 op(s) adding the most error (head, mix; AI Edge Quantizer) -> pass",
+        "6: int16 activations, int8 weights (int16x8) -> pass"]
+    assert [t["bytes"] < found["trials"][4]["bytes"] for t in found["trials"][4:]] == [False, True]
+    assert found["chosen"] == 6 and result.passed
     assert yaml.safe_load(found["snippet"]) == {"quantization": {"mode": "int16x8", "input_type": "auto",
                                                                  "output_type": "auto"}}
     assert result.report["quantization"]["mode"] == "int16x8"
@@ -159,8 +169,8 @@ def test_a_sensitive_multi_label_head_is_repaired_on_tflite_micro(tmp_path: Path
     """The trunk's evaluation range (to 288) passes its calibrated one (190, from 100 samples: all the data
     holds): int8 and int16 clip it alike, and the difference the logits take is wrong for those samples.
     int16x8 gives the same 15.4 dB as the trunk alone in float (its int8 output feeds the logits clipped
-    again); only the trunk and the logits in float pass, on TFLite Micro's float reference kernels (no MAC
-    left on CMSIS-NN): a way forward the report shows with its price."""
+    again), and percentile ranges clip more (13.4 dB); only the trunk and the logits in float pass, on TFLite
+    Micro's float reference kernels (no MAC left on CMSIS-NN): a way forward the report shows with its price."""
     pipeline = project(tmp_path, targets=["tflm-cmsis-nn"], available=100)
     tagger_model(tmp_path / "model.keras")
     result = edgeconv.build(pipeline)
@@ -168,14 +178,100 @@ def test_a_sensitive_multi_label_head_is_repaired_on_tflite_micro(tmp_path: Path
     assert found["skipped"] == ["per-channel weights: already on",
                                 "more calibration samples: the data holds no more than the 100 used"]
     assert _closing_lines(result.report) == [
-        "1: keep the 1 op(s) adding the most error in float (trunk) -> fail",
-        "2: keep the 2 op(s) adding the most error in float (logits, trunk) -> pass",
-        "3: int16 activations, int8 weights (int16x8) -> fail"]
+        "1: activation ranges at the 99.99th percentile of the calibration values (AI Edge Quantizer) -> fail",
+        "2: activation ranges at the 99.9th percentile of the calibration values (AI Edge Quantizer) -> fail",
+        "3: int16 activations for the 1 op(s) adding the most error (trunk; AI Edge Quantizer) -> fail",
+        "4: int16 activations for the 2 op(s) adding the most error (logits, trunk; AI Edge Quantizer) -> fail",
+        "5: keep the 1 op(s) adding the most error in float (trunk) -> fail",
+        "6: keep the 2 op(s) adding the most error in float (logits, trunk) -> pass",
+        "7: int16 activations, int8 weights (int16x8) -> fail"]
     trials = found["trials"]
-    assert [round(t["sqnr_db"]["tags"], 1) for t in trials] == [15.4, 51.5, 15.4]
-    assert [t["mac_share"]["tflm-cmsis-nn"] for t in trials] == [0.3333, 0.0, 1.0]
-    assert found["chosen"] == 2 and result.passed
+    assert [round(t["sqnr_db"]["tags"], 1) for t in trials] == [13.4, 13.4, 13.4, 15.4, 15.4, 51.5, 15.4]
+    assert [t["mac_share"]["tflm-cmsis-nn"] for t in trials] == [1.0, 1.0, 1.0, 1.0, 0.3333, 0.0, 1.0]
+    assert found["chosen"] == 6 and result.passed
     assert result.report["quantization"]["keep_float"] == yaml.safe_load(found["snippet"])["quantization"][
         "keep_float"]
     sqnr = [c for c in result.report["gate"]["checks"] if c["id"].startswith("agreement.sqnr_db.")]
     assert [c["outcome"] for c in sqnr] == ["pass"]  # the rebuilt output meets the gate the first build failed
+    # The cause stays next to the fix: the first build's failed gate and its finding that the trunk clips
+    # (the rebuilt model keeps the trunk float: its own report has no such finding).
+    cause = found["as_configured"]
+    assert cause["failed"] == ["output 'tags': SQNR 13.4 dB < gates.min_sqnr_db 20 (on the evaluation samples)"]
+    clips = [f["message"] for f in cause["findings"] if f["check"] == "activation_range"]
+    assert "trunk_1/MatMul1' reaches [-278.4, 288.4] on 200 evaluation samples" in clips[0]
+    assert not [c for c in result.report["gate"]["checks"] if c["id"].startswith("calibration.activation_range")]
+    md = (result.output_dir / "report.md").read_text()
+    assert "- failed: output 'tags': SQNR 13.4 dB < gates.min_sqnr_db 20 (on the evaluation samples)" in md
+    # The first build and the search are the rebuilt build's "repair" stage, inside its total.
+    timings = result.report["timings"]
+    assert timings["stages_s"]["repair"] == found["seconds"] > sum(t["seconds"] for t in found["trials"])
+    assert timings["total_s"] >= sum(timings["stages_s"].values()) - 0.05
+
+
+GLITCH = 150.0  # a rare glitch: feature 0 of one sample in 200 jumps to this (a sensor spike, a click in audio)
+
+
+def glitch_project(tmp_path: Path) -> Path:
+    """features -> dense 'mix' (relu; feature 0 reaches unit 0 only) -> dense 'head' softmax, calibrated on
+    200 samples of which one holds the glitch. Min/max ranges stretch the input's and unit 0's int8 scale
+    150x for that one value, and every other value rounds to a few levels; ranges at the 99.9th percentile
+    clip the glitch (1 of 1,200 input values) and keep the rest fine."""
+    import keras
+
+    rng = np.random.default_rng(5)
+    inp = keras.Input((FEATURES,), name="features")
+    mix = keras.layers.Dense(HIDDEN, activation="relu", name="mix")
+    head = keras.layers.Dense(CLASSES, activation="softmax", name="head")
+    model = keras.Model(inp, head(mix(inp)))
+    w = rng.normal(0, 1, (FEATURES, HIDDEN)).astype("float32")
+    w[0, :] = 0.0
+    w[0, 0] = 1.0
+    mix.set_weights([w, np.full(HIDDEN, 0.5, "float32")])
+    h = rng.normal(0, 1.5, (HIDDEN, CLASSES)).astype("float32")
+    h[0, :] *= 0.01
+    head.set_weights([h, np.zeros(CLASSES, "float32")])
+    model.save(tmp_path / "model.keras")
+
+    def data(n: int) -> np.ndarray:
+        x = rng.uniform(-1, 1, (n, FEATURES)).astype("float32")
+        x[100::200, 0] = GLITCH
+        return x
+
+    np.savez(tmp_path / "calib.npz", features=data(400))
+    np.savez(tmp_path / "eval.npz", features=data(300))
+    (tmp_path / "pipeline.yaml").write_text(
+        "version: 1\nname: glitch\nmodel: {path: model.keras}\ncalibration: {path: calib.npz, samples: 200}\n"
+        "evaluation: {path: eval.npz}\ntargets: [arm-neon]\nverify: {culprits: 3}\nrepair: {enabled: true}\n")
+    return tmp_path / "pipeline.yaml"
+
+
+def test_rare_outliers_get_percentile_ranges_and_the_snippet_rebuilds_the_same_bytes(tmp_path: Path) -> None:
+    result = edgeconv.build(glitch_project(tmp_path))
+    found = result.report["repair"]
+    lines = _closing_lines(result.report)
+    # Twice the samples hold twice the glitches; the 99.99th percentile of 1,200 values is still the glitch.
+    assert lines[:3] == [
+        "1: 400 calibration samples instead of 200 -> fail",
+        "2: activation ranges at the 99.99th percentile of the calibration values (AI Edge Quantizer) -> fail",
+        "3: activation ranges at the 99.9th percentile of the calibration values (AI Edge Quantizer) -> pass"]
+    trials = found["trials"]
+    assert [round(t["sqnr_db"]["head"], 1) for t in trials[:3]] == [7.6, 7.6, 24.4]
+    # Keeping 'mix' and 'head' in float passes as well, on XNNPACK too, but the int8 model is smaller.
+    assert lines[6] == "7: keep the 2 op(s) adding the most error in float (head, mix) -> pass"
+    assert trials[2]["mac_share"] == trials[6]["mac_share"] == {"arm-neon": 1.0}
+    assert trials[2]["bytes"] < trials[6]["bytes"]
+    assert found["chosen"] == 3 and result.passed, result.report["gate"]["reasons"]
+    snippet = yaml.safe_load(found["snippet"])
+    assert snippet == {"quantization": {"engine": "ai-edge-quantizer", "range_percentile": 99.9}}
+    q = result.report["quantization"]
+    assert (q["engine"], q["range_percentile"], q["int16_ops"]) == ("ai-edge-quantizer", 99.9, [])
+    # The built model's input range is judged at the same percentile: the clipped glitch is no finding.
+    assert not [c for c in result.report["gate"]["checks"] if c["id"].startswith("calibration.input_quantization")]
+    data = yaml.safe_load((tmp_path / "pipeline.yaml").read_text())
+    del data["repair"]
+    data["quantization"] = snippet["quantization"]
+    data["output"] = {"dir": "pasted"}
+    (tmp_path / "pasted.yaml").write_text(yaml.safe_dump(data))
+    pasted = edgeconv.build(tmp_path / "pasted.yaml")  # a new converter worker: AI Edge Quantizer in a new process
+    assert pasted.passed and pasted.report["repair"] is None
+    assert pasted.tflite_path.read_bytes() == result.tflite_path.read_bytes()

@@ -31,11 +31,56 @@ def test_candidates_come_cheapest_first_and_say_why_others_do_not_apply(project:
                                        max_keep_float=2)
     assert [c.what for c in cands] == [
         "per-channel weights", "400 calibration samples instead of 200",
+        "activation ranges at the 99.99th percentile of the calibration values (AI Edge Quantizer)",
+        "activation ranges at the 99.9th percentile of the calibration values (AI Edge Quantizer)",
+        "int16 activations for the 1 op(s) adding the most error (mix; AI Edge Quantizer)",
+        "int16 activations for the 2 op(s) adding the most error (head, mix; AI Edge Quantizer)",
         "keep the 1 op(s) adding the most error in float (mix)",
         "keep the 2 op(s) adding the most error in float (head, mix)",
         "int16 activations, int8 weights (int16x8)"]
     assert skipped == []
-    assert cands[3].change == {"quantization": {"keep_float": ["^net/mix/MatMul$", "^net/head/MatMul$"]}}
+    assert cands[3].change == {"quantization": {"engine": "ai-edge-quantizer", "range_percentile": 99.9}}
+    assert cands[5].change == {"quantization": {"engine": "ai-edge-quantizer",
+                                                "int16_ops": ["^net/mix/MatMul$", "^net/head/MatMul$"]}}
+    assert cands[7].change == {"quantization": {"keep_float": ["^net/mix/MatMul$", "^net/head/MatMul$"]}}
+
+
+def test_int16_for_the_worst_ops_stops_at_three_and_never_takes_a_model_output(project: Path) -> None:
+    ranked = [{"tensor": f"net/l{k}/MatMul", "source_layers": [f"l{k}"], "model_output": False} for k in range(5)]
+    cands, _ = repair.candidates(_config(project), no_float=["edgetpu"], no_int16=[], available=200, used=200,
+                                 ranked=[RANKED[2], *ranked], max_keep_float=5)
+    int16 = [c.change["quantization"]["int16_ops"] for c in cands if "int16_ops" in c.change["quantization"]]
+    assert int16 == [["^net/l0/MatMul$"], ["^net/l0/MatMul$", "^net/l1/MatMul$"],
+                     ["^net/l0/MatMul$", "^net/l1/MatMul$", "^net/l2/MatMul$"]]
+    assert len(int16) == repair.MAX_INT16_OPS
+
+
+@pytest.mark.parametrize(("quantization", "why"), [
+    ("{keep_float: [mix]}\ntargets: [arm-neon]", "outlier-robust ranges and int16 for some ops (AI Edge Quantizer): "
+     "the pipeline keeps ops float with the converter's selective quantization (keep_float)"),
+    ("{input_type: float32}", "outlier-robust ranges and int16 for some ops (AI Edge Quantizer): it gives int8 "
+     "inputs and outputs, and the pipeline sets input_type float32"),
+    ("{engine: ai-edge-quantizer, range_percentile: 99.9}\ntargets: [arm-neon]",
+     "outlier-robust ranges: already at the 99.9th percentile"),
+])
+def test_where_ai_edge_quantizer_does_not_apply_the_report_says_why(project: Path, quantization: str,
+                                                                     why: str) -> None:
+    config = _config(project, f"quantization: {quantization}\n")
+    cands, skipped = repair.candidates(config, no_float=[], no_int16=[], available=200, used=200, ranked=RANKED,
+                                       max_keep_float=1, quantizer=repair.quantizer_problem(config))
+    assert why in skipped
+    assert not [c for c in cands if "range_percentile" in c.change.get("quantization", {})]
+
+
+def test_ai_edge_quantizer_not_installed_rules_its_candidates_out(project: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "ai_edge_quantizer" else real(name, *a))
+    config = _config(project)
+    assert repair.quantizer_problem(config) == "ai-edge-quantizer is not installed (pip install 'edgeconv[tf]')"
 
 
 @pytest.mark.parametrize(("available", "expected"), [(200, None), (201, 201), (399, 399), (400, 400), (900, 400)])
@@ -52,9 +97,12 @@ def test_more_samples_means_twice_as_many_up_to_what_the_data_holds(project: Pat
 def test_targets_that_cannot_run_a_change_rule_it_out_by_name(project: Path) -> None:
     cands, skipped = repair.candidates(_config(project), no_float=["edgetpu", "generic-int8"], no_int16=["edgetpu"],
                                        available=200, used=200, ranked=RANKED, max_keep_float=5)
-    assert cands == []
+    assert [c.what for c in cands] == [
+        "activation ranges at the 99.99th percentile of the calibration values (AI Edge Quantizer)",
+        "activation ranges at the 99.9th percentile of the calibration values (AI Edge Quantizer)"]
     assert skipped == ["per-channel weights: already on",
                        "more calibration samples: the data holds no more than the 200 used",
+                       "int16 for the worst ops: edgetpu do(es) not run int16x8",
                        "ops kept in float: edgetpu, generic-int8 run(s) no float op in a quantized model",
                        "int16x8: edgetpu do(es) not run it"]
     none, why = repair.candidates(_config(project), no_float=[], no_int16=[], available=200, used=200, ranked=None,
