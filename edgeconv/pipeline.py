@@ -219,15 +219,23 @@ def _forget_user_code(modules_before: set[str], folder: Path) -> None:
     root = folder.resolve()
     # Installed code and edgeconv itself are never the pipeline's, even when they live below its folder (a
     # virtual environment or a clone of edgeconv in the project).
-    installed = {Path(sysconfig.get_paths()[k]).resolve() for k in ("purelib", "platlib", "stdlib", "platstdlib")}
-    installed.add(Path(__file__).resolve().parent)
+    installed = {Path(sysconfig.get_paths()[k]) for k in ("purelib", "platlib", "stdlib", "platstdlib")}
+    installed |= {p.resolve() for p in installed} | {Path(__file__).resolve().parent}
+    # A build imports thousands of modules (TensorFlow's): their files are tested as strings against the
+    # installed folders first, and each remaining folder is resolved once.
+    prefixes = tuple(os.path.join(str(p), "") for p in installed)
+    folders: dict[str, bool] = {}
     gone = []
     for name in set(sys.modules) - modules_before:
         file = getattr(sys.modules[name], "__file__", None)
-        if not file:
+        if not file or file.startswith(prefixes):
             continue
-        where = Path(file).resolve()
-        if (root in where.parents) and not any(p in where.parents for p in installed):
+        where = os.path.dirname(file)
+        if where not in folders:
+            resolved = Path(where).resolve()
+            folders[where] = (root == resolved or root in resolved.parents) and not any(
+                p == resolved or p in resolved.parents for p in installed)
+        if folders[where]:
             gone.append(sys.modules.pop(name))
     if gone and "keras" in sys.modules:
         import keras
