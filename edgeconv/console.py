@@ -15,11 +15,12 @@ rich is imported only for a terminal.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
 
@@ -108,6 +109,19 @@ class LiveProgress:
             task = self.tasks[stage] = self.progress.add_task(stage, total=total or None)
         if total:
             self.progress.update(task, completed=done)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No drawing thread for a while: the build forks its converter worker (a fork copies the locks a
+        running thread holds). The running stages stay; their spinners stop for the few milliseconds."""
+        drawing = getattr(self.progress.live, "_refresh_thread", None)
+        self.progress.stop()  # tells the drawing thread to end; it ends at once (an event it waits on)
+        if drawing is not None:
+            drawing.join()
+        try:
+            yield
+        finally:
+            self.progress.start()
 
     def handler(self) -> logging.Handler:
         return _ConsoleHandler(self.console)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import errno
@@ -195,7 +196,6 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
                           "TMPDIR to a writable folder with free space") from None
     try:
         with work_dir as work, Worker() as worker:
-            worker.start()  # it imports TensorFlow while this process loads the model
             result = _build(config, out_dir, targets, Path(work), progress, suggest_keep_float, base, worker)
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
@@ -243,6 +243,19 @@ def _forget_user_code(modules_before: set[str], folder: Path) -> None:
         registry = keras.saving.get_custom_objects()
         for key in [k for k, v in registry.items() if getattr(v, "__module__", None) in {m.__name__ for m in gone}]:
             del registry[key]
+
+
+def _start_worker(worker: Worker, progress: Progress | None) -> None:
+    """TensorFlow imported once per build: here, then the converter worker is this process forked, before
+    the model is loaded (before TensorFlow's runtime starts). A live terminal display pauses its drawing
+    thread over the fork (``progress.paused()``, when it has one). Where a fork is not safe the worker is a
+    new interpreter, and its import overlaps this process's loading. A repaired rebuild finds it running."""
+    from ._tf import import_tf
+
+    import_tf()
+    paused = getattr(progress, "paused", None)
+    with paused() if paused is not None else contextlib.nullcontext():
+        worker.start()
 
 
 def _output_holds_no_input(config: PipelineConfig, out_dir: Path) -> None:
@@ -293,6 +306,7 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
         clock.carry("repair", repaired["seconds"])
     clock.begin("loading the model")
     log.info("loading %s (%s) in inference mode", rel(config.model.path), config.model.resolved_format().value)
+    _start_worker(worker, progress)
     from .converters.loaders import load_model
 
     loaded = load_model(config.model, config.source.parent)

@@ -73,7 +73,7 @@ class Worker:
     worker. It lives in its own process group and dies with its parent, even on SIGKILL."""
 
     def __init__(self) -> None:
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: subprocess.Popen[bytes] | _Forked | None = None
         self._log: IO[bytes] | None = None
         self._events: queue.Queue[tuple[str, int]] = queue.Queue()
         self._progress: tuple[Progress | None, int] = (None, 0)
@@ -96,9 +96,12 @@ class Worker:
         # reads the log at.
         fcntl.fcntl(self._log.fileno(), fcntl.F_SETFL, fcntl.fcntl(self._log.fileno(), fcntl.F_GETFL) | os.O_APPEND)
         self._events = queue.Queue()
-        self._proc = subprocess.Popen([sys.executable, "-m", WORKER, "--serve", str(write_fd)], stdin=subprocess.PIPE,
-                                      stdout=self._log, stderr=subprocess.STDOUT, env=env, pass_fds=(write_fd,),
-                                      start_new_session=True, preexec_fn=_die_with_parent)
+        if _can_fork():
+            self._proc = _Forked.start(self._log.fileno(), write_fd)
+        else:
+            self._proc = subprocess.Popen([sys.executable, "-m", WORKER, "--serve", str(write_fd)],
+                                          stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT, env=env,
+                                          pass_fds=(write_fd,), start_new_session=True, preexec_fn=_die_with_parent)
         os.close(write_fd)
         threading.Thread(target=self._listen, args=(os.fdopen(read_fd), self._events), daemon=True).start()
 
@@ -236,6 +239,89 @@ def _run_worker(worker: Worker, graph: FrozenGraph, workdir: Path, calibration: 
                         log=_tail(log))
 
 
+def _can_fork() -> bool:
+    """Whether the worker can be this process forked: TensorFlow is imported here (the child needs no
+    import of its own: one import per build), its runtime has not started (no TensorFlow thread pool
+    or session whose locks a fork could copy held) and no other Python thread runs (a lock another
+    thread holds at the fork would never be released in the child). A worker started later in a build
+    (one replacing a dead worker) is a new interpreter. ``EDGECONV_WORKER=spawn`` forces that too."""
+    if not (sys.platform.startswith("linux") and "tensorflow" in sys.modules and threading.active_count() == 1
+            and os.environ.get("EDGECONV_WORKER", "fork") != "spawn"):
+        return False
+    try:
+        from tensorflow.python.eager import context
+    except ImportError:
+        return False
+    started = context.context_safe()
+    return started is None or not getattr(started, "_initialized", True)
+
+
+class _Forked:
+    """The worker as a fork of this process, after TensorFlow's import and before any TensorFlow runtime
+    starts (the build forks it before loading the model): what of ``subprocess.Popen`` the Worker uses."""
+
+    def __init__(self, pid: int, stdin: IO[bytes]) -> None:
+        self.pid, self.stdin = pid, stdin
+        self.returncode: int | None = None
+
+    @classmethod
+    def start(cls, log_fd: int, message_fd: int) -> _Forked:
+        jobs_read, jobs_write = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the worker: never returns into the build
+            code = 1
+            try:
+                os.setsid()
+                _die_with_parent()
+                _name_process(b"edgeconv-worker")
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    signal.signal(sig, signal.SIG_DFL)
+                os.close(jobs_write)
+                os.dup2(jobs_read, 0)
+                os.dup2(log_fd, 1)
+                os.dup2(log_fd, 2)
+                sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own stdin
+                sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+                sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+                logging.getLogger("edgeconv").handlers.clear()  # the build's console is not the worker's
+                from . import _tflite_worker
+
+                code = _tflite_worker.serve(message_fd)
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        os.close(jobs_read)
+        return cls(pid, os.fdopen(jobs_write, "wb"))
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+
+def _name_process(name: bytes) -> None:
+    """What ``ps``, ``top`` and /proc/PID/comm show for this process (Linux, 15 bytes at most)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(15, ctypes.c_char_p(name[:15]), 0, 0, 0)  # PR_SET_NAME
+
+
 def _die_with_parent() -> None:
     """In the worker, before it runs: the kernel sends it SIGKILL when edgeconv dies (Linux)."""
     if sys.platform.startswith("linux"):
@@ -244,7 +330,7 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def _kill_group(proc: subprocess.Popen[bytes] | _Forked) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

@@ -19,15 +19,16 @@ pytestmark = pytest.mark.tf
 
 
 def _workers() -> list[int]:
-    """Process ids of converter workers running on this machine."""
+    """Process ids of converter workers running on this machine: a new interpreter running the worker
+    module, or the build forked (named edgeconv-worker)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                cmd = (entry / "cmdline").read_bytes()
+                cmd, comm = (entry / "cmdline").read_bytes(), (entry / "comm").read_bytes()
             except OSError:
                 continue
-            if b"edgeconv.converters._tflite_worker" in cmd:
+            if b"edgeconv.converters._tflite_worker" in cmd or comm.strip() == b"edgeconv-worker":
                 found.append(int(entry.name))
     return found
 
@@ -50,9 +51,10 @@ def released(built: Path, tmp_path: Path) -> Path:
     return tmp_path / "p"
 
 
-def _build_until_the_worker_runs(project: Path) -> tuple[subprocess.Popen[str], list[int]]:
+def _build_until_the_worker_runs(project: Path, mode: str) -> tuple[subprocess.Popen[str], list[int]]:
+    """``mode``: the worker forked from the build (the default on Linux) or a new interpreter (spawn)."""
     (project / "tmp").mkdir(exist_ok=True)
-    env = {**os.environ, "EDGECONV_NO_CACHE": "1", "TMPDIR": str(project / "tmp")}
+    env = {**os.environ, "EDGECONV_NO_CACHE": "1", "TMPDIR": str(project / "tmp"), "EDGECONV_WORKER": mode}
     before = set(_workers())
     proc = subprocess.Popen([sys.executable, "-m", "edgeconv", "build", "pipeline.yaml", "-q"], cwd=project,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -60,6 +62,8 @@ def _build_until_the_worker_runs(project: Path) -> tuple[subprocess.Popen[str], 
     while time.monotonic() < deadline:
         workers = [w for w in _workers() if w not in before]
         if workers:
+            forked = [Path(f"/proc/{w}/comm").read_bytes().strip() == b"edgeconv-worker" for w in workers]
+            assert forked == [mode == "fork"] * len(workers)
             return proc, workers
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.05)
@@ -82,10 +86,11 @@ def _status(pid: int) -> bytes:
         return b""
 
 
-def test_sigterm_during_conversion_stops_cleanly_and_keeps_the_release(released: Path) -> None:
+@pytest.mark.parametrize("mode", ["fork", "spawn"])
+def test_sigterm_during_conversion_stops_cleanly_and_keeps_the_release(released: Path, mode: str) -> None:
     out = released / "build" / "digits"
     good = tree(out)
-    proc, workers = _build_until_the_worker_runs(released)
+    proc, workers = _build_until_the_worker_runs(released, mode)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143
@@ -96,10 +101,11 @@ def test_sigterm_during_conversion_stops_cleanly_and_keeps_the_release(released:
     assert list((released / "tmp").iterdir()) == []  # the work folder is gone too
 
 
-def test_sigkill_of_edgeconv_takes_the_worker_with_it(released: Path) -> None:
+@pytest.mark.parametrize("mode", ["fork", "spawn"])
+def test_sigkill_of_edgeconv_takes_the_worker_with_it(released: Path, mode: str) -> None:
     out = released / "build" / "digits"
     good = tree(out)
-    proc, workers = _build_until_the_worker_runs(released)
+    proc, workers = _build_until_the_worker_runs(released, mode)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
     assert _gone(workers)  # the kernel's parent-death signal

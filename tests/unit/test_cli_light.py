@@ -155,6 +155,26 @@ def test_the_live_display_spins_for_a_stage_without_a_count_and_draws_a_bar_with
     assert not display.progress.live.is_started
 
 
+def test_the_live_display_pauses_its_drawing_thread_and_keeps_its_stages() -> None:
+    """The build forks its converter worker only where no other thread runs: the live display's
+    drawing thread ends for the fork and comes back with the running stage."""
+    import threading
+
+    pytest.importorskip("rich")
+    before = threading.active_count()
+    display, screen = _live()
+    display("loading the model", 0, 0)
+    assert display.progress.live.is_started and threading.active_count() == before + 1
+    with display.paused():
+        assert threading.active_count() == before
+        assert not display.progress.live.is_started
+    assert display.progress.live.is_started and threading.active_count() == before + 1
+    assert list(display.tasks) == ["loading the model"]
+    display.progress.refresh()
+    assert "edgeconv: loading the model" in screen.getvalue().splitlines()[-1]
+    display.stop()
+
+
 def test_log_lines_print_above_the_live_display_warnings_in_yellow() -> None:
     import logging
 
