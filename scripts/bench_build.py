@@ -15,7 +15,9 @@ calibration (200 samples) and evaluation data:
   parity, per-op error ranking, the built model run on every sample).
 
 Per variant: wall time, CPU time (the process and its children), and the peak of the whole process
-tree's resident memory (sampled every 50 ms). ``--edgeconv-from`` adds the same two edgeconv rows run
+tree's memory (sampled every 50 ms) two ways: the sum of RSS, which counts the pages a forked worker
+shares with the build twice, and the sum of PSS, which splits them (the physical memory; the ratio column
+uses it). ``--edgeconv-from`` adds the same two edgeconv rows run
 from another checkout (an older commit), for a before/after table.
 
 Models: ``digits`` (the shipped example), ``mobilenetv2-0.35-96``, ``mobilenetv2-1.0-224`` and
@@ -132,8 +134,10 @@ def pipeline(folder: Path, model: Path, cal: Path, ev: Path, name: str, *, verif
     return path
 
 
-def _tree_rss(root: int) -> int:
-    """Resident memory of ``root`` and every process below it, in bytes."""
+def _tree_memory(root: int) -> tuple[int, int]:
+    """Resident memory of ``root`` and every process below it, in bytes: the sum of RSS (a forked child's
+    pages shared with its parent count twice) and the sum of PSS (each shared page split between the
+    processes that map it: the physical memory the tree holds)."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
@@ -146,26 +150,38 @@ def _tree_rss(root: int) -> int:
             rss[int(entry.name)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
         except (OSError, ValueError, IndexError):
             continue
-    total, todo = 0, [root]
+    total, pss, todo = 0, 0, [root]
     while todo:
         pid = todo.pop()
         total += rss.get(pid, 0)
+        pss += _pss(pid)
         todo += children.get(pid, [])
-    return total
+    return total, pss
 
 
-def run(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, float]:
-    """Wall s, CPU s (children), peak tree RSS MiB of one command."""
+def _pss(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def run(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, float, float]:
+    """Wall s, CPU s (children), peak tree RSS MiB and peak tree PSS MiB of one command."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    peak = 0
+    peak, peak_pss = 0, 0
     done = threading.Event()
 
     def sample() -> None:
-        nonlocal peak
+        nonlocal peak, peak_pss
         while not done.is_set():
-            peak = max(peak, _tree_rss(proc.pid))
+            rss, pss = _tree_memory(proc.pid)
+            peak, peak_pss = max(peak, rss), max(peak_pss, pss)
             time.sleep(0.05)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -178,7 +194,7 @@ def run(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, f
     if proc.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err.decode()[-3000:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu, peak / 2 ** 20
+    return wall, cpu, peak / 2 ** 20, peak_pss / 2 ** 20
 
 
 def main() -> None:
@@ -215,22 +231,23 @@ def main() -> None:
             for k in ("edgeconv (no verification)", "edgeconv (default)"):
                 variants[f"{k} @ {args.edgeconv_from.name}"] = variants[k]
                 envs[f"{k} @ {args.edgeconv_from.name}"] = other
-        measured: dict[str, list[tuple[float, float, float]]] = {k: [] for k in variants}
+        measured: dict[str, list[tuple[float, float, float, float]]] = {k: [] for k in variants}
         for _ in range(args.repeat):
             for label, cmd in variants.items():
                 measured[label].append(run(cmd, folder, envs[label]))
                 print(f"{name:22} {label:40} wall {measured[label][-1][0]:6.1f} s  cpu {measured[label][-1][1]:6.1f} s"
-                      f"  peak {measured[label][-1][2]:6.0f} MiB", file=sys.stderr, flush=True)
+                      f"  peak RSS {measured[label][-1][2]:6.0f} MiB  PSS {measured[label][-1][3]:6.0f} MiB",
+                      file=sys.stderr, flush=True)
         for label, runs in measured.items():
-            wall, cpu, peak = (sorted(r[i] for r in runs)[len(runs) // 2] for i in range(3))
+            wall, cpu, peak, pss = (sorted(r[i] for r in runs)[len(runs) // 2] for i in range(4))
             base = measured["hand+check" if "default" in label else "hand"]
-            bwall = sorted(r[0] for r in base)[len(base) // 2]
-            bpeak = sorted(r[2] for r in base)[len(base) // 2]
-            rows.append((name, label, wall, cpu, peak, wall / bwall, peak / bpeak))
-    print("| model | variant | wall s | CPU s | peak MiB (tree) | wall / hand | peak / hand |")
-    print("|---|---|---|---|---|---|---|")
-    for name, label, wall, cpu, peak, ratio, mem in rows:
-        print(f"| {name} | {label} | {wall:.1f} | {cpu:.1f} | {peak:.0f} | {ratio:.2f}x | {mem:.2f}x |")
+            bwall, _, _, bpss = (sorted(r[i] for r in base)[len(base) // 2] for i in range(4))
+            rows.append((name, label, wall, cpu, peak, pss, wall / bwall, pss / bpss))
+    print("| model | variant | wall s | CPU s | peak RSS MiB (tree) | peak PSS MiB (tree) | wall / hand "
+          "| PSS / hand |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, label, wall, cpu, peak, pss, ratio, mem in rows:
+        print(f"| {name} | {label} | {wall:.1f} | {cpu:.1f} | {peak:.0f} | {pss:.0f} | {ratio:.2f}x | {mem:.2f}x |")
 
 
 if __name__ == "__main__":
