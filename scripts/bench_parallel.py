@@ -1,0 +1,78 @@
+"""``edgeconv build -j N`` over four copies of the shipped example, side by side in one run.
+
+    python scripts/bench_parallel.py [--copies 4] [--jobs 1 2] [--repeat 1] [--edgeconv-from OTHER_CHECKOUT]
+
+Each copy is the example's pipeline with its own output folder (paths point at the shipped model
+and data). Every run is a fresh ``python -m edgeconv build a.yaml b.yaml ... -j N --no-cache``;
+per run: wall time and CPU time (the process and all its children). ``--edgeconv-from`` runs the
+same from another checkout (an older commit) for a before/after table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def copies(work: Path, n: int) -> list[Path]:
+    text = (REPO / "pipeline.yaml").read_text().replace("examples/digits/", f"{REPO}/examples/digits/")
+    paths = []
+    for i in range(n):
+        path = work / f"digits{i}.yaml"
+        path.write_text(text.replace("dir: build/digits", f"dir: out/digits{i}"))
+        paths.append(path)
+    return paths
+
+
+def run(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr.decode()[-3000:]}")
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--copies", type=int, default=4)
+    parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--repeat", type=int, default=1, help="runs per variant; the table shows the median")
+    parser.add_argument("--edgeconv-from", type=Path, default=None)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-parallel-"))
+    pipelines = [str(p) for p in copies(work, args.copies)]
+    env = {**os.environ, "EDGECONV_NO_CACHE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    checkouts = {"this checkout": env}
+    if args.edgeconv_from is not None:
+        checkouts[f"@ {args.edgeconv_from.name}"] = {**env, "PYTHONPATH": str(args.edgeconv_from.resolve())}
+    rows = []
+    for label, run_env in checkouts.items():
+        for jobs in args.jobs:
+            runs = []
+            for _ in range(args.repeat):
+                runs.append(run([sys.executable, "-m", "edgeconv", "build", *pipelines, "-j", str(jobs), "-q"],
+                                work, run_env))
+                print(f"{label:20} -j {jobs}: wall {runs[-1][0]:6.1f} s  cpu {runs[-1][1]:6.1f} s",
+                      file=sys.stderr, flush=True)
+            wall, cpu = (sorted(r[i] for r in runs)[len(runs) // 2] for i in range(2))
+            rows.append((label, jobs, wall, cpu))
+    print(f"| edgeconv | -j | wall s ({args.copies} pipelines) | CPU s | speed-up over -j {args.jobs[0]} |")
+    print("|---|---|---|---|---|")
+    for label, jobs, wall, cpu in rows:
+        base = next(w for lab, j, w, _ in rows if lab == label and j == args.jobs[0])
+        print(f"| {label} | {jobs} | {wall:.1f} | {cpu:.1f} | {base / wall:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
