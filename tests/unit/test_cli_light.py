@@ -161,14 +161,15 @@ def test_the_live_display_pauses_its_drawing_thread_and_keeps_its_stages() -> No
     import threading
 
     pytest.importorskip("rich")
-    before = threading.active_count()
     display, screen = _live()
     display("loading the model", 0, 0)
-    assert display.progress.live.is_started and threading.active_count() == before + 1
+    drawing = display.progress.live._refresh_thread
+    assert display.progress.live.is_started and drawing is not None and drawing.is_alive()
     with display.paused():
-        assert threading.active_count() == before
+        assert not drawing.is_alive() and drawing not in threading.enumerate()
         assert not display.progress.live.is_started
-    assert display.progress.live.is_started and threading.active_count() == before + 1
+    again = display.progress.live._refresh_thread
+    assert display.progress.live.is_started and again is not None and again.is_alive() and again is not drawing
     assert list(display.tasks) == ["loading the model"]
     display.progress.refresh()
     assert "edgeconv: loading the model" in screen.getvalue().splitlines()[-1]
