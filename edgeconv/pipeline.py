@@ -253,8 +253,7 @@ def _start_worker(worker: Worker, progress: Progress | None) -> None:
     from ._tf import import_tf
 
     import_tf()
-    paused = getattr(progress, "paused", None)
-    with paused() if paused is not None else contextlib.nullcontext():
+    with getattr(progress, "paused", contextlib.nullcontext)():
         worker.start()
 
 

@@ -319,15 +319,20 @@ def _name_process(name: bytes) -> None:
     """What ``ps``, ``top`` and /proc/PID/comm show for this process (Linux, 15 bytes at most)."""
     import ctypes
 
-    ctypes.CDLL(None, use_errno=True).prctl(15, ctypes.c_char_p(name[:15]), 0, 0, 0)  # PR_SET_NAME
+    _prctl(15, ctypes.c_char_p(name[:15]))  # PR_SET_NAME
 
 
 def _die_with_parent() -> None:
     """In the worker, before it runs: the kernel sends it SIGKILL when edgeconv dies (Linux)."""
+    _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _prctl(option: int, value: object) -> None:
+    """Linux's prctl(2) for this process; nothing elsewhere."""
     if sys.platform.startswith("linux"):
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
 
 def _kill_group(proc: subprocess.Popen[bytes] | _Forked) -> None:
