@@ -3,21 +3,21 @@
     python scripts/bench_parallel.py [--copies 4] [--jobs 1 2] [--repeat 1] [--edgeconv-from OTHER_CHECKOUT]
 
 Each copy is the example's pipeline with its own output folder (paths point at the shipped model
-and data). Every run is a fresh ``python -m edgeconv build a.yaml b.yaml ... -j N --no-cache``;
-per run: wall time and CPU time (the process and all its children). ``--edgeconv-from`` runs the
-same from another checkout (an older commit) for a before/after table.
+and data). Every run is a fresh ``python -m edgeconv build a.yaml b.yaml ... -j N`` with
+``EDGECONV_NO_CACHE=1``; per run: wall time, CPU time (the process and all its children) and the
+process tree's peak memory (``bench_build.run``). ``--edgeconv-from`` runs the same from another
+checkout (an older commit) for a before/after table.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import resource
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from bench_build import run  # the same measurement: wall, CPU with children, the tree's peak RSS and PSS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -30,17 +30,6 @@ def copies(work: Path, n: int) -> list[Path]:
         path.write_text(text.replace("dir: build/digits", f"dir: out/digits{i}"))
         paths.append(path)
     return paths
-
-
-def run(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr.decode()[-3000:]}")
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> None:
@@ -63,15 +52,16 @@ def main() -> None:
             for _ in range(args.repeat):
                 runs.append(run([sys.executable, "-m", "edgeconv", "build", *pipelines, "-j", str(jobs), "-q"],
                                 work, run_env))
-                print(f"{label:20} -j {jobs}: wall {runs[-1][0]:6.1f} s  cpu {runs[-1][1]:6.1f} s",
-                      file=sys.stderr, flush=True)
-            wall, cpu = (sorted(r[i] for r in runs)[len(runs) // 2] for i in range(2))
-            rows.append((label, jobs, wall, cpu))
-    print(f"| edgeconv | -j | wall s ({args.copies} pipelines) | CPU s | speed-up over -j {args.jobs[0]} |")
-    print("|---|---|---|---|---|")
-    for label, jobs, wall, cpu in rows:
-        base = next(w for lab, j, w, _ in rows if lab == label and j == args.jobs[0])
-        print(f"| {label} | {jobs} | {wall:.1f} | {cpu:.1f} | {base / wall:.2f}x |")
+                print(f"{label:20} -j {jobs}: wall {runs[-1][0]:6.1f} s  cpu {runs[-1][1]:6.1f} s"
+                      f"  peak PSS {runs[-1][3]:6.0f} MiB", file=sys.stderr, flush=True)
+            wall, cpu, _, pss = (sorted(r[i] for r in runs)[len(runs) // 2] for i in range(4))
+            rows.append((label, jobs, wall, cpu, pss))
+    print(f"| edgeconv | -j | wall s ({args.copies} pipelines) | CPU s | peak PSS MiB | speed-up over -j "
+          f"{args.jobs[0]} |")
+    print("|---|---|---|---|---|---|")
+    for label, jobs, wall, cpu, pss in rows:
+        base = next(r[2] for r in rows if r[0] == label and r[1] == args.jobs[0])
+        print(f"| {label} | {jobs} | {wall:.1f} | {cpu:.1f} | {pss:.0f} | {base / wall:.2f}x |")
 
 
 if __name__ == "__main__":
