@@ -21,7 +21,10 @@ uses it). ``--edgeconv-from`` adds the same two edgeconv rows run
 from another checkout (an older commit), for a before/after table.
 
 Models: ``digits`` (the shipped example), ``mobilenetv2-0.35-96``, ``mobilenetv2-1.0-224`` and
-``efficientnetb0-224`` (keras.applications, random weights, seed 0).
+``efficientnetb0-224`` (keras.applications, random weights, seed 0), and ``tf1-tagger-96x64``: a TF1
+frozen graph of 318 nodes with batch norm and dropout in ``tf.cond`` behind an ``is_training``
+placeholder (see ``TF1_TAGGER``; its hand script imports the graph with the placeholder fed False and
+converts from the session, edgeconv binds it: ``model.bind: {is_training: false}``).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
@@ -47,19 +52,110 @@ APPS = {
     "efficientnetb0-224": ("EfficientNetB0", {}, 224),
 }
 CALIBRATION, EVALUATION = 200, 100
+TF1 = "tf1-tagger-96x64"
+# A TF1 audio tagger as TF1 projects froze them (318 graph nodes): log-mel patches (96 x 64) -> 4 blocks of
+# 2 x (conv 3x3 -> batch norm in a tf.cond on the is_training placeholder -> ReLU), max pool, dropout in a
+# tf.cond (what tf.layers.dropout(training=tensor) builds) -> global average pool -> dense 256 -> dropout ->
+# 10 sigmoid tags. Control flow v1 (Switch/Merge), reference variables, convert_variables_to_constants.
+TF1_TAGGER = '''
+import sys
+import numpy as np, tensorflow as tf
+out = sys.argv[1]
+tf.compat.v1.disable_eager_execution()
+tf.compat.v1.disable_resource_variables()
+tf.compat.v1.disable_control_flow_v2()
+rng = np.random.default_rng(0)
+graph = tf.Graph()
+with graph.as_default():
+    tf.compat.v1.set_random_seed(0)
+    x = tf.compat.v1.placeholder(tf.float32, [None, 96, 64, 1], name="logmel")
+    training = tf.compat.v1.placeholder(tf.bool, [], name="is_training")
 
-HAND = textwrap.dedent('''
+    def batch_norm(h, name):
+        c = h.shape[-1]
+        with tf.compat.v1.variable_scope(name):
+            gamma = tf.compat.v1.get_variable("gamma", initializer=rng.uniform(0.5, 1.5, c).astype(np.float32))
+            beta = tf.compat.v1.get_variable("beta", initializer=rng.uniform(-0.2, 0.2, c).astype(np.float32))
+            mean = tf.compat.v1.get_variable("moving_mean", trainable=False,
+                                             initializer=rng.uniform(-0.2, 0.2, c).astype(np.float32))
+            var = tf.compat.v1.get_variable("moving_variance", trainable=False,
+                                            initializer=rng.uniform(0.5, 2.0, c).astype(np.float32))
+            return tf.cond(training,
+                           lambda: tf.compat.v1.nn.fused_batch_norm(h, gamma, beta, epsilon=1e-3, is_training=True)[0],
+                           lambda: tf.compat.v1.nn.fused_batch_norm(h, gamma, beta, mean=mean, variance=var,
+                                                                    epsilon=1e-3, is_training=False)[0])
+
+    def dropout(h, rate, name):
+        with tf.compat.v1.variable_scope(name):
+            return tf.cond(training, lambda: tf.nn.dropout(h, rate=rate), lambda: tf.identity(h))
+
+    h = x
+    for block, width in enumerate((16, 32, 64, 128)):
+        for k in range(2):
+            name = f"block{block + 1}/conv{k + 1}"
+            with tf.compat.v1.variable_scope(name):
+                fan_in = 9 * int(h.shape[-1])
+                w = tf.compat.v1.get_variable("kernel", initializer=rng.normal(
+                    0, np.sqrt(2 / fan_in), (3, 3, int(h.shape[-1]), width)).astype(np.float32))
+                h = tf.nn.conv2d(h, w, 1, "SAME")
+            h = tf.nn.relu(batch_norm(h, name + "/bn"))
+        h = tf.nn.max_pool2d(h, 2, 2, "VALID", name=f"block{block + 1}/pool")
+        h = dropout(h, 0.1, f"block{block + 1}/dropout")
+    h = tf.reduce_mean(h, axis=[1, 2], name="pool")
+    with tf.compat.v1.variable_scope("fc1"):
+        w = tf.compat.v1.get_variable("kernel", initializer=rng.normal(0, 0.1, (128, 256)).astype(np.float32))
+        h = tf.nn.relu(tf.matmul(h, w))
+    h = dropout(h, 0.5, "fc1/dropout")
+    with tf.compat.v1.variable_scope("logits"):
+        w = tf.compat.v1.get_variable("kernel", initializer=rng.normal(0, 0.1, (256, 10)).astype(np.float32))
+        b = tf.compat.v1.get_variable("bias", initializer=np.zeros(10, np.float32))
+        logits = tf.nn.bias_add(tf.matmul(h, w), b)
+    tags = tf.nn.sigmoid(logits, name="tags")
+    with tf.compat.v1.Session() as session:
+        session.run(tf.compat.v1.global_variables_initializer())
+        frozen = tf.compat.v1.graph_util.convert_variables_to_constants(session, graph.as_graph_def(), ["tags"])
+with open(out, "wb") as f:
+    f.write(frozen.SerializeToString())
+'''
+
+# What people write, per model kind: load the model, make the converter, and the float reference the
+# hand parity loop compares against; then the common part (HAND_BODY).
+HAND_KERAS = textwrap.dedent('''
     import sys, numpy as np, tensorflow as tf, keras
     model_path, cal_path, eval_path, out, check = sys.argv[1:6]
-    model = keras.models.load_model(model_path, compile=False)
     def first(path):
         data = np.load(path)
         return data[data.files[0]]
     cal = first(cal_path)
+    model = keras.models.load_model(model_path, compile=False)
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    def reference(x):
+        return np.concatenate([np.asarray(model(x[i:i + 64], training=False)) for i in range(0, len(x), 64)])
+''')
+# A TF1 frozen graph: import it with the training switch fed False, convert from the session.
+HAND_TF1 = textwrap.dedent('''
+    import sys, numpy as np, tensorflow as tf
+    model_path, cal_path, eval_path, out, check = sys.argv[1:6]
+    def first(path):
+        data = np.load(path)
+        return data[data.files[0]]
+    cal = first(cal_path)
+    graph_def = tf.compat.v1.GraphDef()
+    graph_def.ParseFromString(open(model_path, "rb").read())
+    graph = tf.Graph()
+    with graph.as_default():
+        image = tf.compat.v1.placeholder(tf.float32, [1, *cal.shape[1:]], name="logmel")
+        tags, = tf.import_graph_def(graph_def, {"logmel:0": image, "is_training:0": tf.constant(False)},
+                                    ["tags:0"], name="")
+    session = tf.compat.v1.Session(graph=graph)
+    converter = tf.compat.v1.lite.TFLiteConverter.from_session(session, [image], [tags])
+    def reference(x):
+        return np.concatenate([session.run(tags, {image: x[i:i + 1]}) for i in range(len(x))])
+''')
+HAND_BODY = textwrap.dedent('''
     def representative():
         for i in range(len(cal)):
             yield [cal[i:i + 1]]
-    converter = tf.lite.TFLiteConverter.from_keras_model(model)
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     converter.representative_dataset = representative
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
@@ -70,7 +166,7 @@ HAND = textwrap.dedent('''
     if check == "1":
         tf.lite.experimental.Analyzer.analyze(model_content=data)
         x = first(eval_path)
-        want = np.concatenate([np.asarray(model(x[i:i + 64], training=False)) for i in range(0, len(x), 64)])
+        want = reference(x)
         from ai_edge_litert.interpreter import Interpreter
         it = Interpreter(model_content=data)
         it.allocate_tensors()
@@ -93,6 +189,24 @@ def make_model(work: Path, name: str) -> tuple[Path, Path, Path]:
         src = REPO / "examples" / "digits"
         return src / "model.keras", src / "calibration.npz", src / "eval.npz"
     folder = work / name
+    if name == TF1:
+        model_path = folder / "model.pb"
+        if not model_path.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            subprocess.run([sys.executable, "-c", TF1_TAGGER, str(model_path)], check=True,
+                           stderr=subprocess.DEVNULL)
+            rng = np.random.default_rng(0)
+            time_axis, mel_axis = np.linspace(0, 1, 96)[None, :, None, None], np.linspace(0, 1, 64)[None, None, :, None]
+
+            def log_mel(n: int) -> np.ndarray:
+                """Log-mel-like patches: a level, a tone sweeping in time that fades up the mel axis, noise."""
+                def draw(lo: float, hi: float) -> np.ndarray:
+                    return rng.uniform(lo, hi, (n, 1, 1, 1))
+                tone = 2 * np.sin(draw(2, 12) * time_axis + draw(0, 6.3)) * np.exp(-draw(1, 4) * mel_axis)
+                return (draw(-4, 0) + tone + rng.normal(0, 0.3, (n, 96, 64, 1))).astype(np.float32)
+            np.savez(folder / "calibration.npz", logmel=log_mel(CALIBRATION))
+            np.savez(folder / "eval.npz", logmel=log_mel(EVALUATION))
+        return model_path, folder / "calibration.npz", folder / "eval.npz"
     model_path = folder / "model.keras"
     if not model_path.exists():
         folder.mkdir(parents=True, exist_ok=True)
@@ -117,10 +231,11 @@ def make_model(work: Path, name: str) -> tuple[Path, Path, Path]:
 
 def pipeline(folder: Path, model: Path, cal: Path, ev: Path, name: str, *, verify: bool) -> Path:
     labels = "\n  labels: label" if name == "digits" else ""
+    bind = ", bind: {is_training: false}" if name == TF1 else ""
     text = textwrap.dedent(f"""\
         version: 1
         name: {name}
-        model: {{path: {model}, batch_size: 1}}
+        model: {{path: {model}, batch_size: 1{bind}}}
         calibration: {{source: npz, path: {cal}, samples: {CALIBRATION}, seed: 0}}
         """)
     if verify:
@@ -200,7 +315,7 @@ def run(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, f
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=["digits", "mobilenetv2-0.35-96"],
-                        choices=["digits", *APPS])
+                        choices=["digits", *APPS, TF1])
     parser.add_argument("--repeat", type=int, default=1, help="runs per variant; the table shows the median")
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--edgeconv-from", type=Path, default=None,
@@ -208,8 +323,9 @@ def main() -> None:
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-build-"))
     work.mkdir(parents=True, exist_ok=True)
-    hand = work / "hand.py"
-    hand.write_text(HAND)
+    hands = {kind: work / f"hand-{kind}.py" for kind in ("keras", "tf1")}
+    hands["keras"].write_text(HAND_KERAS + HAND_BODY)
+    hands["tf1"].write_text(HAND_TF1 + HAND_BODY)
     env = {**os.environ, "EDGECONV_NO_CACHE": "1"}
     rows = []
     for name in args.models:
@@ -218,6 +334,7 @@ def main() -> None:
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir()
         default, noverify = (pipeline(folder, model, cal, ev, name, verify=v) for v in (True, False))
+        hand = hands["tf1" if name == TF1 else "keras"]
         variants = {
             "hand": [sys.executable, str(hand), str(model), str(cal), str(ev), str(folder / "hand.tflite"), "0"],
             "hand+check": [sys.executable, str(hand), str(model), str(cal), str(ev), str(folder / "hand.tflite"),
