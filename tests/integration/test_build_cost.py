@@ -136,3 +136,29 @@ def test_the_worker_tells_a_converter_error_from_its_own_bug(tmp_path: Path) -> 
     (tmp_path / "c").mkdir()
     good = _job(tmp_path / "c", tmp_path / "sm")
     assert _tflite_worker.convert(good) == 0 and (good / "model.tflite").stat().st_size > 0
+
+
+FREEZE_PROBE = """
+import gc, os, sys
+import tensorflow  # imported, its runtime not started: the build's state when it forks the worker
+from edgeconv.converters.tflite_export import Worker, _Forked
+with Worker() as worker:
+    worker.start()
+    assert isinstance(worker._proc, _Forked), worker._proc
+    during = gc.get_freeze_count()
+print(during, gc.get_freeze_count())
+"""
+
+
+def test_a_forked_worker_shares_the_builds_objects_until_it_ends(tmp_path: Path) -> None:
+    """Forking the worker moves every object the build has (TensorFlow's modules) out of the collector's
+    reach, so neither process's full collection copies the shared pages; closing the worker lifts it."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", FREEZE_PROBE], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    during, after = (int(n) for n in done.stdout.split())
+    assert during > 100_000  # TensorFlow's import alone leaves hundreds of thousands of objects
+    assert after == 0
