@@ -172,20 +172,25 @@ DEBUG_SAMPLES = 64  # evaluation samples the per-op error is measured on
 def _erased(float_tensor: Any, quant_tensor: Any, scale: float, zero_point: int) -> float:
     """Share of values the float model has (not 0) that quantization maps to the zero level: information
     the op's output quantization erases (a wide-range tensor crushes its small channels this way)."""
-    f = np.asarray(float_tensor, np.float64).ravel()
-    q = np.asarray(quant_tensor).ravel()
-    live = np.abs(f) > 1e-6
-    return float(np.mean(q[live] == zero_point)) if live.any() else 0.0
+    live = np.abs(np.ravel(float_tensor)) > 1e-6
+    count = np.count_nonzero(live)
+    return float(np.count_nonzero(np.ravel(quant_tensor)[live] == zero_point) / count) if count else 0.0
 
 
 def _signal_power(float_tensor: Any, quant_tensor: Any, scale: float, zero_point: int) -> float:
-    return float(np.mean(np.asarray(float_tensor, np.float64) ** 2))
+    f = np.ravel(float_tensor).astype(np.float64)
+    return float(f @ f / f.size)
 
 
 def _noise_power(float_tensor: Any, quant_tensor: Any, scale: float, zero_point: int) -> float:
     """Against the same op in float on the same inputs (the SQNR is signal/noise)."""
-    dequantized = (np.asarray(quant_tensor, np.float64) - zero_point) * scale
-    return float(np.mean((np.asarray(float_tensor, np.float64) - dequantized) ** 2))
+    noise = np.ravel(float_tensor).astype(np.float64) - (np.ravel(quant_tensor).astype(np.float64) - zero_point) * scale
+    return float(noise @ noise / noise.size)
+
+
+# The debugger's own metrics of the NumericVerify differences the report reads (it also computes their
+# standard deviation and mean on every sample: not used).
+_DIFF_METRICS = ("num_elements", "max_abs_error", "mean_squared_error")
 
 
 def _input_order(model: bytes, job: dict[str, Any]) -> list[str]:
@@ -233,6 +238,9 @@ def _layer_errors(tf: Any, job: dict[str, Any], order: list[str], denied: list[s
     # that is 39.6 dB end to end). Built from the debug model itself, it keeps them.
     debugger = tf.lite.experimental.QuantizationDebugger(quant_debug_model_content=quant_debug_model,
                                                          debug_dataset=debug_data, debug_options=options)
+    metrics = getattr(debugger, "_layer_debug_metrics", None)  # TF 2.20-2.21: the defaults, every sample
+    if isinstance(metrics, dict) and set(_DIFF_METRICS) <= set(metrics):
+        debugger._layer_debug_metrics = {k: metrics[k] for k in _DIFF_METRICS}
     debugger.run()
     text = io.StringIO()
     debugger.layer_statistics_dump(text)
