@@ -147,13 +147,11 @@ def frozen_model(graph_def: Any, shown: str, *, batch_size: int, input_shapes: M
         node.attr["dtype"].type = dtype
         node.attr["shape"].shape.CopyFrom(tf.TensorShape(shapes[name]).as_proto())
 
-    graph = tf.Graph()
-    try:
-        with graph.as_default():
-            tf.compat.v1.import_graph_def(graph_def, name="")
-    except (ValueError, tf.errors.OpError) as exc:
-        raise ModelError(f"{shown}: TensorFlow cannot import the graph: {str(exc).strip().splitlines()[0]}") \
-            from None
+    # The session that runs the source model takes any number of samples (parity feeds it chunks) when
+    # every input's batch dimension was open; the converted graph keeps the pinned shapes.
+    open_batch = reference is None and bool(declared) and all(shape and shape[0] is None for _, shape in declared)
+    graph = _import_graph(graph_def, shown, open_batch=[nodes[n] for n in in_names] if open_batch else [])
+    open_batch = open_batch and graph.get_tensor_by_name(f"{in_names[0]}:0").shape[0] is None
     in_specs = tuple(TensorSpec(names.get(n, n), f"{n}:0", shapes[n],
                                 graph.get_tensor_by_name(f"{n}:0").dtype.name) for n in in_names)
     out_specs = []
@@ -167,13 +165,36 @@ def frozen_model(graph_def: Any, shown: str, *, batch_size: int, input_shapes: M
         dims = tuple(-1 if d is None else int(d) for d in t.shape) if t.shape.rank is not None else (-1,)
         out_specs.append(TensorSpec(name, full, dims, t.dtype.name))
     layers = scope_layers((n.name for n in graph_def.node), skip=in_names)
-    runner = reference or _session_runner(graph, in_specs, tuple(out_specs))
+    runner = reference or _session_runner(graph, in_specs, tuple(out_specs), any_batch=open_batch)
     if any(-1 in o.shape for o in out_specs):
         # Static shape inference could not see through the graph (e.g. a Merge, unknown rank); one run can.
         zeros = runner({i.name: np.zeros(i.shape, i.dtype) for i in in_specs})
         out_specs = [o.__class__(o.name, o.tensor, tuple(zeros[o.name].shape), o.dtype) for o in out_specs]
     frozen = FrozenGraph(graph_def, in_specs, tuple(out_specs), layers)
-    return LoadedModel(frozen, runner, fmt, framework, notes=tuple(notes))
+    return LoadedModel(frozen, runner, fmt, framework, notes=tuple(notes), any_batch=open_batch)
+
+
+def _import_graph(graph_def: Any, shown: str, open_batch: list[Any]) -> Any:
+    """``graph_def`` as a tf.Graph; the ``open_batch`` placeholders with their batch dimension open (the
+    graph_def itself keeps its pinned shapes). A graph that cannot take an open batch is imported as
+    pinned."""
+    tf = import_tf()
+    pinned = [tf.TensorShape(node.attr["shape"].shape) for node in open_batch]
+    for node, shape in zip(open_batch, pinned):
+        node.attr["shape"].shape.CopyFrom(tf.TensorShape([None, *shape[1:]]).as_proto())
+    graph = tf.Graph()
+    try:
+        with graph.as_default():
+            tf.compat.v1.import_graph_def(graph_def, name="")
+    except (ValueError, tf.errors.OpError) as exc:
+        if open_batch:
+            return _import_graph(graph_def, shown, [])
+        raise ModelError(f"{shown}: TensorFlow cannot import the graph: {str(exc).strip().splitlines()[0]}") \
+            from None
+    finally:
+        for node, shape in zip(open_batch, pinned):
+            node.attr["shape"].shape.CopyFrom(shape.as_proto())
+    return graph
 
 
 def _bind(graph_def: Any, nodes: dict[str, Any], bind: Mapping[str, Any], placeholders: list[str],
@@ -332,15 +353,41 @@ def _cond_scope(switch: str) -> str:
     return switch.rsplit("/", 1)[0] if "/" in switch else switch
 
 
-def _session_runner(graph: Any, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...]) -> Any:
-    """Run the bound graph the way TF1 does: a session over the imported graph."""
+def _session_runner(graph: Any, inputs: tuple[TensorSpec, ...], outputs: tuple[TensorSpec, ...],
+                    any_batch: bool) -> Any:
+    """Run the bound graph the way TF1 does: a session over the imported graph. With ``any_batch`` (the
+    placeholders' batch dimension open) a call takes any number of samples at once, unless the first such
+    call shows the graph mixes samples (its first batch differs from the same batch alone: a reduction
+    over the batch axis): then, and without ``any_batch``, a call runs the samples one batch at a time."""
     tf = import_tf()
     session = tf.compat.v1.Session(graph=graph)
     fetches = {o.name: graph.get_tensor_by_name(o.tensor) for o in outputs}
+    batch = inputs[0].shape[0] if inputs and inputs[0].shape else 1
+    batched: list[bool] = [] if any_batch else [False]  # decided on the first call with more than a batch
 
-    def run(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def once(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         result = session.run(fetches, {graph.get_tensor_by_name(i.tensor): feeds[i.name] for i in inputs})
         return {k: np.asarray(v) for k, v in result.items()}
+
+    def by_batch(feeds: Mapping[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+        parts = [once({k: v[i:i + batch] for k, v in feeds.items()}) for i in range(0, n, batch)]
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+    def run(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        n = len(feeds[inputs[0].name]) if inputs else batch
+        if n == batch or batched == [False]:
+            return once(feeds) if n == batch else by_batch(feeds, n)
+        try:
+            result = once(feeds)
+        except (ValueError, tf.errors.OpError):
+            result = None
+        if not batched:
+            alone = once({k: v[:batch] for k, v in feeds.items()})
+            batched.append(result is not None and all(
+                result[k].shape[:1] == (n,) and np.allclose(result[k][:batch], alone[k], rtol=1e-5,
+                                                            atol=1e-6 * max(1.0, float(np.max(np.abs(alone[k])))))
+                for k in alone))
+        return result if batched[0] and result is not None else by_batch(feeds, n)
 
     return run
 

@@ -248,6 +248,49 @@ def test_graph_with_variables_and_non_graphs_are_refused(tmp_path: Path) -> None
         edgeconv.build(project(tmp_path / "b", garbage))
 
 
+def _dense_graph(path: Path, batch: int | None, *, mixes_samples: bool) -> Path:
+    """A frozen dense layer on 6 features (4 outputs); ``mixes_samples``: it first subtracts the mean over
+    the whole feed, batch included (per sample at batch 1, across samples at more)."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(2)
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [batch, 6], name="x")
+        h = x - tf.reduce_mean(x) if mixes_samples else x
+        tf.nn.tanh(tf.matmul(h, rng.normal(size=(6, 4)).astype(np.float32)) + 0.1, name="y")
+    path.write_bytes(graph.as_graph_def().SerializeToString())
+    return path
+
+
+@pytest.mark.parametrize(("batch", "mixes_samples", "any_batch", "runs"), [
+    (None, False, True, 2),  # the 7 samples at once, plus the first alone to check the graph does not mix them
+    (None, True, True, 2 + 7),  # that check fails: then one sample at a time
+    (1, False, False, 7),  # a graph with a fixed batch: one sample at a time
+])
+def test_the_tf1_session_runs_parity_chunks_at_once_unless_the_graph_mixes_samples(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch: int | None, mixes_samples: bool, any_batch: bool,
+        runs: int) -> None:
+    import tensorflow as tf
+
+    from edgeconv.converters.graphdef_loader import graph_from_graphdef
+
+    pb = _dense_graph(tmp_path / "dense.pb", batch, mixes_samples=mixes_samples)
+    loaded = graph_from_graphdef(pb, batch_size=1, input_shapes={})
+    assert loaded.any_batch is any_batch
+    assert [tuple(i.shape) for i in loaded.graph.inputs] == [(1, 6)]  # what is converted stays pinned
+    x = np.random.default_rng(4).normal(size=(7, 6)).astype(np.float32)
+    one_by_one = np.concatenate([loaded.reference({"x": x[i:i + 1]})["y"] for i in range(7)])
+    calls = []
+    original = tf.compat.v1.Session.run
+    monkeypatch.setattr(tf.compat.v1.Session, "run", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    at_once = loaded.reference({"x": x})["y"]
+    assert len(calls) == runs
+    np.testing.assert_allclose(at_once, one_by_one, rtol=1e-6, atol=1e-6)
+    if mixes_samples:
+        assert np.array_equal(at_once, one_by_one)
+
+
 @pytest.mark.parametrize("edge", ["control", "data"])
 def test_a_graph_that_writes_files_is_refused_before_it_ever_runs(tmp_path: Path, edge: str) -> None:
     """A frozen graph whose output needs a WriteFile (by a control edge, or its data): refused from the
