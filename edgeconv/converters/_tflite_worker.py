@@ -58,6 +58,7 @@ def serve(message_fd: int) -> int:
     """Import TensorFlow, then run the job folders named on stdin, one per line, until stdin closes.
     Messages on ``message_fd``: ``N`` (samples calibrated) while a job runs, ``exit RC`` when it ends."""
     from edgeconv._tf import import_tf
+    from edgeconv.converters.tflite_export import give_back_memory
 
     import_tf()  # while the parent loads the model
     _calibrate_once()
@@ -73,6 +74,7 @@ def serve(message_fd: int) -> int:
             return 1
         sys.stdout.flush()
         sys.stderr.flush()
+        give_back_memory()  # idle until the next job (a keep_float trial, a repair): holding only what it keeps
         messages.write(f"exit {code}\n")
         messages.flush()
     return 0
