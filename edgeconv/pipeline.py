@@ -257,6 +257,13 @@ def _start_worker(worker: Worker, progress: Progress | None) -> None:
         worker.start()
 
 
+def _converts_again(config: PipelineConfig, suggest_keep_float: bool, repaired: rm.Repair | None) -> bool:
+    """Whether the build may ask the converter worker for more after its conversion: the keep_float
+    suggestion's trials and the repair search (both part of the verification) and a repaired rebuild."""
+    return config.verify.parity and (suggest_keep_float or config.verify.suggest_keep_float
+                                     or (repaired is None and config.repair.enabled))
+
+
 def _output_holds_no_input(config: PipelineConfig, out_dir: Path) -> None:
     """The output folder is replaced on every build: it must never be, or hold, the pipeline file, the
     model or the data (``output.dir: .`` next to a planted marker would replace the project)."""
@@ -363,6 +370,8 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
         log.info("measuring the error each quantized op adds on the evaluation data")
     exported = converter.convert(calib, options, "model", progress, debug=evaluation if analyse else None,
                                  float_reference=config.verify.parity and evaluation is not None)
+    if not _converts_again(config, suggest_keep_float, repaired):
+        worker.close()  # its memory back before the checks and the verification run the models
     clock.lap("convert")
     tflite_name = f"{config.build_name}.tflite"
     model = parse_tflite(exported.tflite, tflite_name)

@@ -162,3 +162,30 @@ def test_a_forked_worker_shares_the_builds_objects_until_it_ends(tmp_path: Path)
     during, after = (int(n) for n in done.stdout.split())
     assert during > 100_000  # TensorFlow's import alone leaves hundreds of thousands of objects
     assert after == 0
+
+
+@pytest.mark.parametrize(("verify", "closed_before_invoke"), [
+    ("{culprits: 0}", True),  # nothing converts after the build's conversion: the worker ends there
+    # its trials convert during the verification: the worker stays
+    ("{suggest_keep_float: true}\ngates: {min_sqnr_db: 25}\ntargets: [cpu.yaml]", False),
+])
+def test_the_worker_ends_with_the_last_conversion_the_build_can_ask_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verify: str, closed_before_invoke: bool) -> None:
+    from edgeconv.converters import tflite_export
+    from edgeconv.verify import invoke
+
+    events: list[str] = []
+    close, invoke_all = tflite_export.Worker.close, invoke.invoke_all
+
+    def closing(self: tflite_export.Worker) -> None:
+        if self._proc is not None:
+            events.append("close")
+        close(self)
+
+    monkeypatch.setattr(tflite_export.Worker, "close", closing)
+    monkeypatch.setattr(invoke, "invoke_all", lambda *a, **k: events.append("invoke") or invoke_all(*a, **k))
+    pipeline = _project(tmp_path, culprits=0)
+    (tmp_path / "cpu.yaml").write_text(ANY_MODE_TARGET)
+    pipeline.write_text(pipeline.read_text().replace("verify: {culprits: 0}", f"verify: {verify}"))
+    edgeconv.build(pipeline)
+    assert events[:2] == (["close", "invoke"] if closed_before_invoke else ["invoke", "close"])
