@@ -78,12 +78,16 @@ class Worker:
         self._log: IO[bytes] | None = None
         self._events: queue.Queue[tuple[str, int]] = queue.Queue()
         self._progress: tuple[Progress | None, int] = (None, 0)
+        self._froze = False  # a forked worker froze the build's objects (gc.freeze) until the build ends
 
     def __enter__(self) -> Worker:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+        if self._froze:  # the build is over: its objects are the collector's again
+            gc.unfreeze()
+            self._froze = False
 
     def start(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
@@ -99,6 +103,7 @@ class Worker:
         self._events = queue.Queue()
         if _can_fork():
             self._proc = _Forked.start(self._log.fileno(), write_fd)
+            self._froze = self._froze or self._proc.froze
         else:
             self._proc = subprocess.Popen([sys.executable, "-m", WORKER, "--serve", str(write_fd)],
                                           stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT, env=env,
@@ -158,8 +163,6 @@ class Worker:
     def close(self) -> None:
         if self._proc is not None:
             _kill_group(self._proc)
-            if isinstance(self._proc, _Forked) and self._proc.froze:
-                gc.unfreeze()
             if self._proc.stdin is not None:
                 self._proc.stdin.close()
             self._proc = None
@@ -292,7 +295,7 @@ class _Forked:
         # both processes: a full collection writes to each object's header, which copies every shared page
         # into whichever process collects. The converter collects once per conversion: 0.2-0.3 s each, and
         # 60-70 MiB more PSS for the build's process tree on the example and a TF1 graph (bench_build). The
-        # build lifts it when the worker ends, unless the program had frozen its objects itself.
+        # build lifts it when it ends (Worker.__exit__), unless the program had frozen its objects itself.
         froze = gc.get_freeze_count() == 0
         gc.freeze()
         pid = os.fork()
