@@ -366,19 +366,35 @@ def _build_parallel(paths: list[Path], args: argparse.Namespace) -> list[Any]:
 
     options = {k: getattr(args, k) for k in ("out", "quiet", "verbose", "baseline", "no_cache", "cache_dir",
                                              "suggest_keep_float", "repair")}
+    from .pipeline import sharing_worker
+
     if args.jobs == 1:
-        done = [_build_one(p, argparse.Namespace(**options), verbose=False) for p in paths]
+        with sharing_worker():
+            done = [_build_one(p, argparse.Namespace(**options), verbose=False) for p in paths]
         for o in done:
             _print_outcome(o)
         return done
     results: dict[Path, Any] = {}
     context = multiprocessing.get_context("spawn")  # TensorFlow does not survive fork
-    with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs, mp_context=context) as pool:
+    with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs, mp_context=context,
+                                                initializer=_share_worker_in_process) as pool:
         futures = {pool.submit(_build_worker, p, options): p for p in paths}
         for future in concurrent.futures.as_completed(futures):
             results[futures[future]] = outcome = future.result()
             _print_outcome(outcome)
     return [results[p] for p in paths]
+
+
+def _share_worker_in_process() -> None:
+    """In each process of the pool: its builds share one converter worker (one TensorFlow import per
+    process), which ends with the process."""
+    from multiprocessing import util
+
+    from .pipeline import sharing_worker
+
+    sharing = sharing_worker()
+    sharing.__enter__()
+    util.Finalize(None, sharing.__exit__, args=(None, None, None), exitpriority=10)
 
 
 def _build_worker(path: Path, options: dict[str, Any]) -> Any:

@@ -15,7 +15,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
@@ -187,6 +187,7 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
 
     from .converters.tflite_export import Worker
 
+    shared = _SHARED_WORKER
     modules_before = set(sys.modules)
     try:
         output.remove_stale_work_folders(Path(tempfile.gettempdir()))
@@ -195,7 +196,7 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
         raise OutputError(f"cannot create a work folder in {tempfile.gettempdir()}: {exc.strerror or exc}; set "
                           "TMPDIR to a writable folder with free space") from None
     try:
-        with work_dir as work, Worker() as worker:
+        with work_dir as work, (contextlib.nullcontext(shared) if shared is not None else Worker()) as worker:
             result = _build(config, out_dir, targets, Path(work), progress, suggest_keep_float, base, worker)
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
@@ -208,6 +209,30 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
     if cache is not None and key is not None:
         cache.store(key, out_dir)
     return result
+
+
+_SHARED_WORKER: Worker | None = None  # while sharing_worker() runs: the converter worker its builds share
+
+
+@contextlib.contextmanager
+def sharing_worker() -> Iterator[None]:
+    """The builds run inside share one converter worker (the CLI's builds of several pipelines, one after
+    the other in a process): forked from the first build right after its TensorFlow import, it serves
+    every later build too, so TensorFlow is imported once for them all (a later build would otherwise
+    find TensorFlow's runtime started and start its worker as a new interpreter that imports it again).
+    A build whose conversion kills it gets a new one, as within a build."""
+    global _SHARED_WORKER
+    from .converters.tflite_export import Worker
+
+    if _SHARED_WORKER is not None:
+        yield
+        return
+    with Worker() as worker:
+        _SHARED_WORKER = worker
+        try:
+            yield
+        finally:
+            _SHARED_WORKER = None
 
 
 def _forget_user_code(modules_before: set[str], folder: Path) -> None:
@@ -370,7 +395,7 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
         log.info("measuring the error each quantized op adds on the evaluation data")
     exported = converter.convert(calib, options, "model", progress, debug=evaluation if analyse else None,
                                  float_reference=config.verify.parity and evaluation is not None)
-    if not _converts_again(config, suggest_keep_float, repaired):
+    if worker is not _SHARED_WORKER and not _converts_again(config, suggest_keep_float, repaired):
         worker.close()  # its memory back before the checks and the verification run the models
     clock.lap("convert")
     tflite_name = f"{config.build_name}.tflite"

@@ -139,6 +139,8 @@ def _raised_in(exc: BaseException, folder: str) -> bool:
 
 
 _CALIBRATED: dict[str, Any] = {}  # per calibration data: the build's calibrated float model
+_KEEP = 8  # calibrations kept (a build's own, its keep_float and repair trials'); a worker several builds
+# share forgets the oldest (one needed again is made again: the same bytes)
 _DATA_KEY = ""  # the calibration data of the running job: part of the key of a reused calibration
 
 
@@ -160,6 +162,9 @@ def _calibrate_once() -> None:
         if key not in done:
             done[key] = original(self, dataset_gen)
             _CALIBRATED.setdefault(_DATA_KEY, done[key])  # the first: the build's own model
+            for kept in (done, _CALIBRATED):
+                while len(kept) > _KEEP:
+                    del kept[next(iter(kept))]
         else:
             print(f"edgeconv worker: calibration of {key[:12]} reused", file=sys.stderr, flush=True)
         return done[key]

@@ -189,3 +189,41 @@ def test_the_worker_ends_with_the_last_conversion_the_build_can_ask_for(
     pipeline.write_text(pipeline.read_text().replace("verify: {culprits: 0}", f"verify: {verify}"))
     edgeconv.build(pipeline)
     assert events[:2] == (["close", "invoke"] if closed_before_invoke else ["invoke", "close"])
+
+
+def test_the_builds_of_several_pipelines_share_one_worker_and_each_gets_its_own_bytes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`edgeconv build a.yaml b.yaml -j 1`: one converter worker (one TensorFlow import) serves both builds,
+    and each .tflite is byte for byte what the pipeline builds alone."""
+    import keras
+
+    from edgeconv.cli import main
+    from edgeconv.converters import tflite_export
+
+    for name, hidden, seed in (("a", 9, 0), ("b", 11, 1)):
+        folder = tmp_path / name
+        folder.mkdir()
+        models.dense_model(folder / "m.keras", keras.layers.ReLU(name="act"), features=7, hidden=hidden, classes=5)
+        models.calibration(folder / "cal.npz", samples=CALIBRATION, features=7, seed=seed)
+        models.pipeline(folder, "m.keras", "cal.npz", samples=CALIBRATION,
+                        extra="targets: [generic-int8]\noutput: {dir: out}\n")
+    alone = {}
+    for name in ("a", "b"):
+        alone[name] = edgeconv.build(tmp_path / name / "pipeline.yaml", out=tmp_path / f"alone-{name}"
+                                     ).tflite_path.read_bytes()
+    started: list[int] = []
+    start = tflite_export.Worker.start
+
+    def counting(self: tflite_export.Worker) -> None:
+        start(self)
+        assert self._proc is not None
+        if self._proc.pid not in started:
+            started.append(self._proc.pid)
+
+    monkeypatch.setattr(tflite_export.Worker, "start", counting)
+    monkeypatch.setenv("EDGECONV_NO_CACHE", "1")
+    assert main(["build", str(tmp_path / "a" / "pipeline.yaml"), str(tmp_path / "b" / "pipeline.yaml"),
+                 "-j", "1", "-q"]) == 0
+    assert len(started) == 1
+    assert {n: (tmp_path / n / "out" / "m.tflite").read_bytes() for n in ("a", "b")} == alone
+    assert alone["a"] != alone["b"]
