@@ -1,10 +1,11 @@
 """``edgeconv build -j N`` over four copies of the shipped example, side by side in one run.
 
-    python scripts/bench_parallel.py [--copies 4] [--jobs 1 2] [--repeat 1] [--edgeconv-from OTHER_CHECKOUT]
+    python scripts/bench_parallel.py [--copies 4] [--jobs 1 2] [--repeat 1] [--model digits]
+                                     [--edgeconv-from OTHER_CHECKOUT]
 
 Each copy is the example's pipeline with its own output folder (paths point at the shipped model
-and data). Every run is a fresh ``python -m edgeconv build a.yaml b.yaml ... -j N`` with
-``EDGECONV_NO_CACHE=1``; per run: wall time, CPU time (the process and all its children) and the
+and data); ``--model`` copies bench_build's default pipeline of one of its models instead. Every run
+is a fresh ``python -m edgeconv build a.yaml b.yaml ... -j N`` with ``EDGECONV_NO_CACHE=1``; per run: wall time, CPU time (the process and all its children) and the
 process tree's peak memory (``bench_build.run``). ``--edgeconv-from`` runs the same from another
 checkout (an older commit) for a before/after table.
 """
@@ -17,17 +18,26 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench_build import APPS, TF1, make_model, pipeline
 from bench_build import run  # the same measurement: wall, CPU with children, the tree's peak RSS and PSS
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def copies(work: Path, n: int) -> list[Path]:
-    text = (REPO / "pipeline.yaml").read_text().replace("examples/digits/", f"{REPO}/examples/digits/")
+def copies(work: Path, n: int, model: str = "digits") -> list[Path]:
+    """``n`` copies of the example's pipeline, or of bench_build's default pipeline of ``model``, each
+    writing its own output folder."""
+    if model == "digits":
+        text = (REPO / "pipeline.yaml").read_text().replace("examples/digits/", f"{REPO}/examples/digits/")
+        old, new = "dir: build/digits", "dir: out/digits{i}"
+    else:
+        files = make_model(work, model)
+        text = pipeline(work, *files, model, verify=True).read_text()
+        old, new = "output: {dir: out}", "output: {{dir: out/{model}{i}}}"
     paths = []
     for i in range(n):
-        path = work / f"digits{i}.yaml"
-        path.write_text(text.replace("dir: build/digits", f"dir: out/digits{i}"))
+        path = work / f"{model}{i}.yaml"
+        path.write_text(text.replace(old, new.format(i=i, model=model)))
         paths.append(path)
     return paths
 
@@ -35,12 +45,14 @@ def copies(work: Path, n: int) -> list[Path]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--copies", type=int, default=4)
+    parser.add_argument("--model", default="digits", choices=["digits", *APPS, TF1],
+                        help="the example (default), or a model of bench_build with its default pipeline")
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeat", type=int, default=1, help="runs per variant; the table shows the median")
     parser.add_argument("--edgeconv-from", type=Path, default=None)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-parallel-"))
-    pipelines = [str(p) for p in copies(work, args.copies)]
+    pipelines = [str(p) for p in copies(work, args.copies, args.model)]
     env = {**os.environ, "EDGECONV_NO_CACHE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
     checkouts = {"this checkout": env}
     if args.edgeconv_from is not None:
