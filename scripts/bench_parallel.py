@@ -5,8 +5,9 @@
 
 Each copy is the example's pipeline with its own output folder (paths point at the shipped model
 and data); ``--model`` copies bench_build's default pipeline of one of its models instead. Every run
-is a fresh ``python -m edgeconv build a.yaml b.yaml ... -j N`` with ``EDGECONV_NO_CACHE=1``; per run: wall time, CPU time (the process and all its children) and the
-process tree's peak memory (``bench_build.run``). ``--edgeconv-from`` runs the same from another
+is a fresh ``python -m edgeconv build a.yaml b.yaml ... -j N`` with ``EDGECONV_NO_CACHE=1``; per run:
+wall time, CPU time (the process and all its children) and the process tree's peak memory
+(``bench_build.run``). ``--edgeconv-from`` runs the same from another
 checkout (an older commit) for a before/after table.
 """
 
