@@ -46,9 +46,9 @@ def test_calibration_runs_once_with_the_per_op_error_ranking_and_changes_no_byte
     assert ranked.tflite_path.read_bytes() == plain.tflite_path.read_bytes()
 
 
-def test_keep_float_trials_reuse_the_builds_worker(tmp_path: Path) -> None:
-    """One converter process serves the build and every keep_float trial: the workers started during
-    the build are counted by their process ids."""
+@pytest.fixture
+def worker_pids(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The process ids of the converter workers started from now on, in order."""
     from edgeconv.converters import tflite_export
 
     started: list[int] = []
@@ -60,22 +60,25 @@ def test_keep_float_trials_reuse_the_builds_worker(tmp_path: Path) -> None:
         if self._proc.pid not in started:
             started.append(self._proc.pid)
 
-    tflite_export.Worker.start = start  # type: ignore[method-assign]
-    try:
-        model = models.hostile(tmp_path / "hostile.keras")
-        x = np.random.default_rng(0).normal(size=(400, 12)).astype(np.float32)
-        np.savez(tmp_path / "cal.npz", x=x[:200])
-        np.savez(tmp_path / "eval.npz", x=x[200:], label=model.predict(x[200:], verbose=0).argmax(1))
-        (tmp_path / "cpu.yaml").write_text(ANY_MODE_TARGET)
-        (tmp_path / "pipeline.yaml").write_text(
-            "version: 1\nmodel: {path: hostile.keras}\ncalibration: {path: cal.npz, samples: 200}\n"
-            "evaluation: {path: eval.npz, labels: label}\ntargets: [cpu.yaml]\n"
-            "gates: {min_top1_agreement: 0.95}\nverify: {suggest_keep_float: true}\n")
-        result = edgeconv.build(tmp_path / "pipeline.yaml")
-    finally:
-        tflite_export.Worker.start = original  # type: ignore[method-assign]
+    monkeypatch.setattr(tflite_export.Worker, "start", start)
+    return started
+
+
+def test_keep_float_trials_reuse_the_builds_worker(tmp_path: Path, worker_pids: list[int]) -> None:
+    """One converter process serves the build and every keep_float trial: the workers started during
+    the build are counted by their process ids."""
+    model = models.hostile(tmp_path / "hostile.keras")
+    x = np.random.default_rng(0).normal(size=(400, 12)).astype(np.float32)
+    np.savez(tmp_path / "cal.npz", x=x[:200])
+    np.savez(tmp_path / "eval.npz", x=x[200:], label=model.predict(x[200:], verbose=0).argmax(1))
+    (tmp_path / "cpu.yaml").write_text(ANY_MODE_TARGET)
+    (tmp_path / "pipeline.yaml").write_text(
+        "version: 1\nmodel: {path: hostile.keras}\ncalibration: {path: cal.npz, samples: 200}\n"
+        "evaluation: {path: eval.npz, labels: label}\ntargets: [cpu.yaml]\n"
+        "gates: {min_top1_agreement: 0.95}\nverify: {suggest_keep_float: true}\n")
+    result = edgeconv.build(tmp_path / "pipeline.yaml")
     assert len(result.report["keep_float_suggestion"]["steps"]) == 5  # five trial conversions
-    assert len(started) == 1
+    assert len(worker_pids) == 1
 
 
 def test_a_worker_killed_between_jobs_is_replaced(tmp_path: Path) -> None:
@@ -192,13 +195,12 @@ def test_the_worker_ends_with_the_last_conversion_the_build_can_ask_for(
 
 
 def test_the_builds_of_several_pipelines_share_one_worker_and_each_gets_its_own_bytes(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, worker_pids: list[int]) -> None:
     """`edgeconv build a.yaml b.yaml -j 1`: one converter worker (one TensorFlow import) serves both builds,
     and each .tflite is byte for byte what the pipeline builds alone."""
     import keras
 
     from edgeconv.cli import main
-    from edgeconv.converters import tflite_export
 
     for name, hidden, seed in (("a", 9, 0), ("b", 11, 1)):
         folder = tmp_path / name
@@ -211,19 +213,10 @@ def test_the_builds_of_several_pipelines_share_one_worker_and_each_gets_its_own_
     for name in ("a", "b"):
         alone[name] = edgeconv.build(tmp_path / name / "pipeline.yaml", out=tmp_path / f"alone-{name}"
                                      ).tflite_path.read_bytes()
-    started: list[int] = []
-    start = tflite_export.Worker.start
-
-    def counting(self: tflite_export.Worker) -> None:
-        start(self)
-        assert self._proc is not None
-        if self._proc.pid not in started:
-            started.append(self._proc.pid)
-
-    monkeypatch.setattr(tflite_export.Worker, "start", counting)
+    worker_pids.clear()  # the builds above each had their own
     monkeypatch.setenv("EDGECONV_NO_CACHE", "1")
     assert main(["build", str(tmp_path / "a" / "pipeline.yaml"), str(tmp_path / "b" / "pipeline.yaml"),
                  "-j", "1", "-q"]) == 0
-    assert len(started) == 1
+    assert len(worker_pids) == 1
     assert {n: (tmp_path / n / "out" / "m.tflite").read_bytes() for n in ("a", "b")} == alone
     assert alone["a"] != alone["b"]
