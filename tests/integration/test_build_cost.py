@@ -155,7 +155,8 @@ print(during, gc.get_freeze_count())
 
 def test_a_forked_worker_shares_the_builds_objects_until_it_ends(tmp_path: Path) -> None:
     """Forking the worker moves every object the build has (TensorFlow's modules) out of the collector's
-    reach, so neither process's full collection copies the shared pages; closing the worker lifts it."""
+    reach, so neither process's full collection copies the shared pages; the build's end (leaving the
+    Worker's with block) lifts it."""
     import subprocess
     import sys
 
