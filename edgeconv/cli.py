@@ -52,7 +52,7 @@ def _target_names(prefix: str, **_: Any) -> list[str]:
 
 
 def _op_names(prefix: str, **_: Any) -> list[str]:
-    from .converters.tflite_reader import BUILTIN_OP_NAMES
+    from .converters.tflite_ops import BUILTIN_OP_NAMES
 
     return sorted(n for n in BUILTIN_OP_NAMES if n.startswith(prefix.upper()))
 

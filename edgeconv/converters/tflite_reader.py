@@ -17,12 +17,17 @@ import re
 import struct
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from ai_edge_litert import schema_py_generated as schema
-
+from .._lazy import lazy_import
 from ..errors import ModelFileError, rel
+
+if TYPE_CHECKING:
+    import numpy as np
+    from ai_edge_litert import schema_py_generated as schema
+else:  # imported when a file is read: validating a target needs only the op names
+    np = lazy_import("numpy")
+    schema = lazy_import("ai_edge_litert.schema_py_generated")
 
 
 class TensorType(enum.Enum):
@@ -58,19 +63,37 @@ class TensorType(enum.Enum):
                         TensorType.FLOAT8_E4M3FN, TensorType.FLOAT8_E5M2)
 
 
-_NUMPY_TYPES = {TensorType.FLOAT32: np.float32, TensorType.FLOAT16: np.float16, TensorType.INT32: np.int32,
-                TensorType.UINT8: np.uint8, TensorType.INT64: np.int64, TensorType.BOOL: np.bool_,
-                TensorType.INT16: np.int16, TensorType.INT8: np.int8, TensorType.FLOAT64: np.float64,
-                TensorType.UINT64: np.uint64, TensorType.UINT32: np.uint32, TensorType.UINT16: np.uint16}
-_TYPE_BY_CODE = {code: TensorType[name] for name, code in vars(schema.TensorType).items()
-                 if not name.startswith("_") and name in TensorType.__members__}
-_OP_NAMES = {code: name for name, code in vars(schema.BuiltinOperator).items() if not name.startswith("_")}
-BUILTIN_OP_NAMES = frozenset(_OP_NAMES.values())
-_OPTION_NAMES = {code: name for name, code in vars(schema.BuiltinOptions).items() if not name.startswith("_")}
-_ACTIVATIONS = {code: name for name, code in vars(schema.ActivationFunctionType).items() if not name.startswith("_")}
-_PADDINGS = {code: name for name, code in vars(schema.Padding).items() if not name.startswith("_")}
-_WEIGHTS_FORMATS = {code: name for name, code in vars(schema.FullyConnectedOptionsWeightsFormat).items()
-                    if not name.startswith("_")}
+_NUMPY_TYPES = {TensorType.FLOAT32: "float32", TensorType.FLOAT16: "float16", TensorType.INT32: "int32",
+                TensorType.UINT8: "uint8", TensorType.INT64: "int64", TensorType.BOOL: "bool",
+                TensorType.INT16: "int16", TensorType.INT8: "int8", TensorType.FLOAT64: "float64",
+                TensorType.UINT64: "uint64", TensorType.UINT32: "uint32", TensorType.UINT16: "uint16"}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Codes:
+    """The schema's enum codes by value, read from the schema on the first file parsed."""
+
+    types: dict[int, TensorType]
+    ops: dict[int, str]
+    options: dict[int, str]
+    activations: dict[int, str]
+    paddings: dict[int, str]
+    weights_formats: dict[int, str]
+
+
+@functools.cache
+def _codes() -> _Codes:
+    def names(enum_class: Any) -> dict[int, str]:
+        return {code: name for name, code in vars(enum_class).items() if not name.startswith("_")}
+
+    return _Codes(
+        types={code: TensorType[name] for code, name in names(schema.TensorType).items()
+               if name in TensorType.__members__},
+        ops=names(schema.BuiltinOperator), options=names(schema.BuiltinOptions),
+        activations=names(schema.ActivationFunctionType), paddings=names(schema.Padding),
+        weights_formats=names(schema.FullyConnectedOptionsWeightsFormat))
+
+
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 
 
@@ -269,13 +292,14 @@ def _parse(data: bytes, shown: str) -> TFLiteModel:
             bad.require(start + buf.DataLength() <= len(data), f"buffer {b} points past the end of the file")
             buffers.append((int(start), int(buf.DataLength())))
     buffer_sizes = [size for _, size in buffers]
+    codes = _codes()
     opcodes = []
     for i in range(model.OperatorCodesLength()):
         oc = model.OperatorCodes(i)
         code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
-        bad.require(code in _OP_NAMES, f"operator code {i} has unknown builtin code {code}")
-        custom = _text(oc.CustomCode()) if _OP_NAMES[code] == "CUSTOM" else None
-        opcodes.append((_OP_NAMES[code], int(oc.Version()), custom))
+        bad.require(code in codes.ops, f"operator code {i} has unknown builtin code {code}")
+        custom = _text(oc.CustomCode()) if codes.ops[code] == "CUSTOM" else None
+        opcodes.append((codes.ops[code], int(oc.Version()), custom))
     bad.require(model.SubgraphsLength() > 0, "the model has no subgraphs")
     subgraphs = tuple(_subgraph(model, s, opcodes, buffer_sizes, bad) for s in range(model.SubgraphsLength()))
     signatures = []
@@ -311,6 +335,7 @@ class _Checker:
 def _subgraph(model: Any, s: int, opcodes: list[tuple[str, int, str | None]], buffer_sizes: list[int],
               bad: _Checker) -> SubgraphInfo:
     sg = model.Subgraphs(s)
+    codes = _codes()
     tensors = []
     for t in range(sg.TensorsLength()):
         tensor = sg.Tensors(t)
@@ -318,7 +343,7 @@ def _subgraph(model: Any, s: int, opcodes: list[tuple[str, int, str | None]], bu
         bad.require(0 <= buf < len(buffer_sizes),
                     f"tensor {t} of subgraph {s} uses buffer {buf}, but the model has {len(buffer_sizes)} buffers")
         code = int(tensor.Type())
-        bad.require(code in _TYPE_BY_CODE, f"tensor {t} of subgraph {s} has unknown type {code}")
+        bad.require(code in codes.types, f"tensor {t} of subgraph {s} has unknown type {code}")
         shape = _ints(tensor.ShapeLength(), tensor.ShapeAsNumpy)
         signature = _ints(tensor.ShapeSignatureLength(), tensor.ShapeSignatureAsNumpy) or shape
         q = tensor.Quantization()
@@ -326,7 +351,7 @@ def _subgraph(model: Any, s: int, opcodes: list[tuple[str, int, str | None]], bu
         if q is not None and q.ScaleLength():
             zps = _ints(q.ZeroPointLength(), q.ZeroPointAsNumpy)
             quant = Quantization(tuple(float(v) for v in q.ScaleAsNumpy()), zps, int(q.QuantizedDimension()))
-        tensors.append(TensorInfo(t, _text(tensor.Name()), _TYPE_BY_CODE[code], shape, signature, quant,
+        tensors.append(TensorInfo(t, _text(tensor.Name()), codes.types[code], shape, signature, quant,
                                   buf, buffer_sizes[buf], bool(tensor.IsVariable())))
     n = len(tensors)
 
@@ -359,7 +384,8 @@ def _subgraph(model: Any, s: int, opcodes: list[tuple[str, int, str | None]], bu
 
 def _options(op: Any) -> dict[str, Any]:
     """Builtin options as a plain dict with snake_case keys and enum names."""
-    kind = _OPTION_NAMES.get(int(op.BuiltinOptionsType()), "NONE")
+    codes = _codes()
+    kind = codes.options.get(int(op.BuiltinOptionsType()), "NONE")
     table = op.BuiltinOptions()
     if kind == "NONE" or table is None or not hasattr(schema, kind + "T"):
         return {}
@@ -372,11 +398,11 @@ def _options(op: Any) -> dict[str, Any]:
         if isinstance(value, np.ndarray):
             value = value.tolist()
         if name.endswith("fused_activation_function"):
-            value = _ACTIVATIONS.get(value, value)
+            value = codes.activations.get(value, value)
         elif name == "padding":
-            value = _PADDINGS.get(value, value)
+            value = codes.paddings.get(value, value)
         elif name == "weights_format":
-            value = _WEIGHTS_FORMATS.get(value, value)
+            value = codes.weights_formats.get(value, value)
         elif isinstance(value, bytes):
             value = _text(value)
         if value is None or isinstance(value, (bool, int, float, str, list)):

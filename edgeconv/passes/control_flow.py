@@ -16,23 +16,27 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from .._lazy import lazy_import
 from .base import Removal, Rewrite
 from .graph import GraphEditor, canonical, const_value, is_control, node_of
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_import("numpy")
 
 SWITCH_OPS = ("Switch", "RefSwitch")
 MERGE_OPS = ("Merge", "RefMerge")
 IF_OPS = ("If", "StatelessIf")
 _PASSTHROUGH = ("Identity", "Snapshot", "StopGradient")
-_COMPARE: dict[str, Callable[[Any, Any], Any]] = {
-    "Equal": np.equal, "NotEqual": np.not_equal, "Greater": np.greater, "Less": np.less,
-    "GreaterEqual": np.greater_equal, "LessEqual": np.less_equal,
-    "LogicalAnd": np.logical_and, "LogicalOr": np.logical_or,
+_COMPARE = {  # TF op -> the NumPy function that folds it
+    "Equal": "equal", "NotEqual": "not_equal", "Greater": "greater", "Less": "less",
+    "GreaterEqual": "greater_equal", "LessEqual": "less_equal",
+    "LogicalAnd": "logical_and", "LogicalOr": "logical_or",
 }
-_DST_TYPES = {1: np.float32, 3: np.int32, 9: np.int64, 10: np.bool_}
+_DST_TYPES = {1: "float32", 3: "int32", 9: "int64", 10: "bool"}  # TF DataType -> NumPy dtype
 
 
 REASON_UNUSED = "no longer used by any output"
@@ -82,7 +86,7 @@ class _Evaluator:
             return None if v is None else np.logical_not(v)
         if node.op in _COMPARE and len(data) == 2:
             a, b = self.value(data[0]), self.value(data[1])
-            return None if a is None or b is None else _COMPARE[node.op](a, b)
+            return None if a is None or b is None else getattr(np, _COMPARE[node.op])(a, b)
         if node.op == "Cast" and data:
             v, dst = self.value(data[0]), _DST_TYPES.get(node.attr["DstT"].type)
             return None if v is None or dst is None else v.astype(dst)

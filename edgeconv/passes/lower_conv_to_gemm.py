@@ -19,15 +19,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
-
+from .._lazy import lazy_import
 from .._schema import setting
 from ..errors import ModelError, did_you_mean
 from ..ir import FrozenGraph
 from .base import PassResult, Removal, Rewrite
 from .graph import GraphEditor
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_import("numpy")
 
 REASON = "Conv2D lowered to im2col patches + MatMul (GEMM)"
 

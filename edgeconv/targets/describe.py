@@ -104,7 +104,7 @@ def describe(target: Target, *, width: int = 100, op: str | None = None) -> str:
 
 def _op_name(target: Target, op: str) -> str:
     """The op as the target's rules name it: a TFLite builtin (any case) or ``CUSTOM:<code>``."""
-    from ..converters.tflite_reader import BUILTIN_OP_NAMES
+    from ..converters.tflite_ops import BUILTIN_OP_NAMES
 
     if op.upper().startswith("CUSTOM:"):
         return "CUSTOM:" + op.split(":", 1)[1]

@@ -21,7 +21,8 @@ import yaml
 
 from .. import _yaml
 from .._schema import Ctx
-from ..converters.tflite_reader import BUILTIN_OP_NAMES, TensorType
+from ..converters.tflite_ops import BUILTIN_OP_NAMES
+from ..converters.tflite_reader import TensorType
 from ..errors import ConfigError, allowed_list, did_you_mean, rel
 from .constraints import CONSTRAINTS, Constraint, params_of, rule_text
 

@@ -9,13 +9,17 @@ import io
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from .._lazy import lazy_import
 from .._version import __version__
 from ..converters.tflite_reader import TFLiteModel
 from .runner import TFLiteRunner
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_import("numpy")
 
 # TFLite op name -> MicroMutableOpResolver method, where CamelCase of the words is not it
 # (tflite-micro tensorflow/lite/micro/micro_mutable_op_resolver.h).

@@ -15,11 +15,15 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from .._lazy import lazy_import
 from ..converters.tflite_reader import TFLiteModel, parse_tflite
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_import("numpy")
 
 
 log = logging.getLogger("edgeconv")

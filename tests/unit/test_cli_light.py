@@ -56,6 +56,17 @@ def test_help_imports_neither_numpy_nor_yaml(argv: list[str]) -> None:
     assert result.stderr.strip().splitlines()[-1] == "[]"
 
 
+@pytest.mark.parametrize("argv", [["validate", "pipeline.yaml"], ["targets", "show", "edgetpu"], ["passes", "list"],
+                                  ["schema", "pipeline"], ["schema", "report"]])
+def test_validate_and_the_listings_do_not_import_numpy(argv: list[str]) -> None:
+    """They read YAML and the target files; NumPy (and the TFLite schema, which imports it) waits for a model."""
+    probe = (f"import sys\nfrom edgeconv.cli import main\ncode = main({argv!r})\n"
+             "print(code, sorted(m for m in ('numpy', 'flatbuffers', 'tensorflow') if m in sys.modules), "
+             "file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
+    assert result.stderr.strip().splitlines()[-1] == "0 []"
+
+
 def test_the_public_api_is_there_on_first_use() -> None:
     import edgeconv
 

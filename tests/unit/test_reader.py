@@ -114,3 +114,14 @@ def test_missing_and_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     os.mkdir("d.tflite")
     with pytest.raises(ModelFileError, match=r"^d\.tflite: is a directory"):
         read_tflite(Path("d.tflite"))
+
+
+def test_the_op_name_list_is_the_installed_schemas() -> None:
+    """validate checks op names against tflite_ops without loading the schema; a newer ai-edge-litert that adds
+    operators fails here with the list to paste into edgeconv/converters/tflite_ops.py."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    from edgeconv.converters.tflite_ops import BUILTIN_OP_NAMES
+
+    installed = {name for name in vars(schema.BuiltinOperator) if not name.startswith("_")}
+    assert BUILTIN_OP_NAMES == installed, sorted(installed)

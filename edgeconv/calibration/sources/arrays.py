@@ -7,14 +7,18 @@ from __future__ import annotations
 import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any, ClassVar
+from typing import IO, TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
-
+from ..._lazy import lazy_import
 from ...errors import DataError, rel
 from ...ir import TensorSpec
 from ..config import DataConfig
 from .base import UNNAMED, Field, Reader, Sample, Source
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_import("numpy")
 
 
 class NpyRows:

@@ -11,17 +11,21 @@ import abc
 import dataclasses
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
-
+from ..._lazy import lazy_import
 from ...ir import TensorSpec
 from ..config import DataConfig
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_import("numpy")
 
 # The single array of an .npy file (or an image folder) has no name: it feeds ``input``,
 # by default the model's only input.
 UNNAMED = ""
-Sample = dict[str, np.ndarray]
+Sample = dict[str, "np.ndarray"]  # a string: NumPy is imported on first use
 
 
 @dataclasses.dataclass(frozen=True)

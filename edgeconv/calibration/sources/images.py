@@ -5,14 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
-
+from ..._lazy import lazy_import
 from ...errors import DataError, did_you_mean, rel
 from ...ir import TensorSpec
 from ..config import ColorOrder, DataConfig, Fit, Layout, Preprocess, ResizeMethod
 from .base import Field, Reader, Sample, Source
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_import("numpy")
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
 

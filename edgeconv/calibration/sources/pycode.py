@@ -9,14 +9,18 @@ import importlib
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
-
+from ..._lazy import lazy_import
 from ...errors import DataError
 from ...ir import TensorSpec
 from ..config import DataConfig
 from .base import Field, Reader, Sample, Source
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_import("numpy")
 
 UNTRUSTED = ("runs Python code from the pipeline's folder ({function}), which edgeconv does not do unless the "
              "pipeline says so: set trust_code: true if you trust that code")

@@ -7,14 +7,18 @@ import collections
 import csv
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-import numpy as np
-
+from ..._lazy import lazy_import
 from ...errors import DataError, did_you_mean, rel
 from ...ir import TensorSpec
 from ..config import DataConfig
 from .base import Field, Reader, Sample, Source
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_import("numpy")
 
 
 class _CsvReader(Reader):

@@ -7,16 +7,20 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
-
+from ..._lazy import lazy_import
 from ..._tf import import_tf
 from ...errors import DataError, rel
 from ...ir import TensorSpec
 from ..config import ColorOrder, DataConfig, Decode, FeatureSpec, FeatureType, Layout, Preprocess
 from .base import Field, Reader, Sample, Source
 from .images import preprocess_image, spatial_size
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_import("numpy")
 
 SUFFIXES = (".tfrecord", ".tfrecords", ".tfrec")
 

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
+from ..._lazy import lazy_import
 from ...converters.tflite_reader import OpInfo, TensorInfo, TFLiteModel
 from .registry import OK, Check, constraint
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = lazy_import("numpy")
 
 REDUCERS = ("MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "REDUCE_ANY", "REDUCE_ALL")
 PADS = ("PAD", "PADV2", "MIRROR_PAD")
