@@ -101,7 +101,7 @@ def _parse_bind(node: yaml.Node, key: str, ctx: Ctx) -> Any:
     out: dict[str, bool | int | float] = {}
     for k, v in node.value:
         name = str(k.value)
-        value = yaml.safe_load(yaml.serialize(v)) if isinstance(v, yaml.ScalarNode) and v.style is None else None
+        value = _yaml.to_python(v) if isinstance(v, yaml.ScalarNode) and v.style is None else None
         if not isinstance(value, (bool, int, float)):
             ctx.error(v, f"{key}.{name}", f"expected true, false or a number, got {_yaml_text(v)}")
             continue

@@ -385,7 +385,7 @@ def _rules(node: yaml.Node | None, key: str, sources: Mapping[str, str], ctx: Ct
 
 def _param(node: yaml.Node, key: str, param: inspect.Parameter, ctx: Ctx) -> Any:
     """A rule parameter, checked against the constraint's annotation."""
-    value = yaml.safe_load(yaml.serialize(node))
+    value = _yaml.to_python(node)
     annotation = str(param.annotation)
     if annotation == "DtypeSpecs":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
