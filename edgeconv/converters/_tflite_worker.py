@@ -87,7 +87,7 @@ def convert(job_dir: Path, report: IO[str] | None = None) -> int:
     _calibrate_once()
     job = json.loads((job_dir / "job.json").read_text())
     global _DATA_KEY
-    _DATA_KEY = json.dumps([job["inputs"], job["count"], job["batch_size"]])
+    _DATA_KEY = json.dumps([job["saved_model"], job["inputs"], job["count"], job["batch_size"]])
 
     def representative() -> Any:
         yield from samples(job, report)
@@ -139,6 +139,7 @@ def _raised_in(exc: BaseException, folder: str) -> bool:
 
 
 _CALIBRATED: dict[str, Any] = {}  # per calibration data: the build's calibrated float model
+_FLOAT_CALIBRATED: dict[str, bytes] = {}  # per calibration data: the float model the build's conversion calibrated
 _KEEP = 8  # calibrations kept (a build's own, its keep_float and repair trials'); a worker several builds
 # share forgets the oldest (one needed again is made again: the same bytes)
 _DATA_KEY = ""  # the calibration data of the running job: part of the key of a reused calibration
@@ -162,7 +163,8 @@ def _calibrate_once() -> None:
         if key not in done:
             done[key] = original(self, dataset_gen)
             _CALIBRATED.setdefault(_DATA_KEY, done[key])  # the first: the build's own model
-            for kept in (done, _CALIBRATED):
+            _FLOAT_CALIBRATED.setdefault(_DATA_KEY, bytes(self._model_content))
+            for kept in (done, _CALIBRATED, _FLOAT_CALIBRATED):
                 while len(kept) > _KEEP:
                     del kept[next(iter(kept))]
         else:
@@ -317,6 +319,12 @@ _FLOAT: dict[str, bytes] = {}  # the float conversion of each SavedModel: the re
 
 
 def _float_model(tf: Any, job_dir: Path, job: dict[str, Any], representative: Any) -> bytes:
+    """The graph converted without quantization. After a calibrated conversion by the TFLite converter it is
+    the float model that conversion made and calibrated (the same ops, tensors and outputs as converting
+    again with quantization off, at no cost); otherwise a conversion of its own."""
+    calibrated = _FLOAT_CALIBRATED.get(_DATA_KEY) if job.get("engine") != "ai-edge-quantizer" else None
+    if calibrated is not None:
+        return calibrated
     key = job["saved_model"]
     if key not in _FLOAT:
         _FLOAT.clear()

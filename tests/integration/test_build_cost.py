@@ -141,6 +141,52 @@ def test_the_worker_tells_a_converter_error_from_its_own_bug(tmp_path: Path) -> 
     assert _tflite_worker.convert(good) == 0 and (good / "model.tflite").stat().st_size > 0
 
 
+def test_the_float_reference_is_the_float_model_the_conversion_calibrated(tmp_path: Path) -> None:
+    """The float .tflite parity compares with is the model the build's conversion made before quantizing it:
+    it has the ops, tensors and outputs a conversion with quantization off has (bit for bit on every sample),
+    and the worker does not convert a second time for it."""
+    import tensorflow as tf
+
+    from edgeconv.converters import _tflite_worker
+    from edgeconv.converters.tflite_reader import parse_tflite
+    from edgeconv.verify.runner import TFLiteRunner
+
+    keras = tf.keras
+    inputs = keras.Input((11, 9, 3), batch_size=1, name="image")
+    x = keras.layers.Conv2D(6, 3, padding="same", name="conv")(inputs)
+    x = keras.layers.BatchNormalization(name="bn")(x)
+    x = keras.layers.Activation("hard_silu", name="hswish")(x)
+    y = keras.layers.DepthwiseConv2D(3, padding="same", name="dw")(x)
+    x = keras.layers.Add(name="add")([x, keras.layers.ReLU(6.0, name="relu6")(y)])
+    x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
+    outputs = keras.layers.Dense(4, activation="softmax", name="probs")(x)
+    keras.Model(inputs, outputs).export(str(tmp_path / "sm"), verbose=False)  # signature serving_default
+    samples = np.random.default_rng(3).normal(size=(8, 11, 9, 3)).astype(np.float32)
+    samples.tofile(tmp_path / "x.bin")
+    job = {"saved_model": str(tmp_path / "sm"), "inputs": [{"name": "image", "shape": [11, 9, 3],
+                                                            "dtype": "float32", "file": str(tmp_path / "x.bin")}],
+           "count": 8, "batch_size": 1, "input_type": "int8", "output_type": "int8", "per_channel": True,
+           "mode": "int8", "keep_float": [], "debug": None, "float_reference": True}
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "job.json").write_text(json.dumps(job))
+    _tflite_worker._FLOAT.clear()
+    assert _tflite_worker.convert(tmp_path / "job") == 0
+    assert _tflite_worker._FLOAT == {}  # no conversion of its own
+    reference = (tmp_path / "job" / "float.tflite").read_bytes()
+    converter = tf.lite.TFLiteConverter.from_saved_model(str(tmp_path / "sm"), signature_keys=["serving_default"])
+    converter.exclude_conversion_metadata = True
+    separate = bytes(converter.convert())
+    got, want = parse_tflite(reference), parse_tflite(separate)
+    assert [(op.type, op.version, op.name) for op in got.ops] == [(op.type, op.version, op.name) for op in want.ops]
+    assert [(t.name, t.shape, t.dtype) for t in got.main.tensors] == [(t.name, t.shape, t.dtype)
+                                                                      for t in want.main.tensors]
+    assert {op.type for op in got.ops} >= {"CONV_2D", "DEPTHWISE_CONV_2D", "HARD_SWISH", "ADD", "MEAN", "SOFTMAX"}
+    runners = TFLiteRunner(reference), TFLiteRunner(separate)
+    for sample in samples:
+        a, b = (runner.run({"image": sample[None]}) for runner in runners)
+        assert np.array_equal(a["output_0"], b["output_0"])
+
+
 FREEZE_PROBE = """
 import gc, os, sys
 import tensorflow  # imported, its runtime not started: the build's state when it forks the worker
