@@ -96,12 +96,12 @@ def check(model_path: str | Path, targets: Sequence[str] = ("generic-int8",),
     return CheckResult(model, results, verdict.Verdict(tuple(verdict.target_checks(results, limits))).to_json())
 
 
-def _equivalence(reference: Any, graph: FrozenGraph, calib: SampleSet, batch_size: int, samples: int,
+def _equivalence(reference: Any, graph: FrozenGraph, fn: Any, calib: SampleSet, batch_size: int, samples: int,
                  tolerance: float) -> rm.Equivalence:
-    """Outputs of the model in inference mode vs the cleaned graph on the first calibration samples."""
-    from .converters.tf_graph import concrete_function, run_graph
+    """Outputs of the model in inference mode vs the cleaned graph (``fn``, its concrete function) on the first
+    calibration samples."""
+    from .converters.tf_graph import run_graph
 
-    fn = concrete_function(graph)
     steps = list(calib.batches(batch_size, limit=math.ceil(samples / batch_size) * batch_size))
     worst: dict[str, float] = {o.name: 0.0 for o in graph.outputs}
     for feeds in steps:
@@ -373,7 +373,10 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     log.info("comparing the cleaned graph with the model in inference mode")
     batch = config.model.batch_size
     reference = _inference_reference(loaded, pass_results, next(calib.batches(batch)))
-    equivalence = _equivalence(reference, graph, calib, batch, config.verify.pass_samples,
+    from .converters.tf_graph import concrete_function
+
+    graph_fn = concrete_function(graph)  # run here, and saved for the converter
+    equivalence = _equivalence(reference, graph, graph_fn, calib, batch, config.verify.pass_samples,
                                config.verify.pass_tolerance)
 
     clock.lap("passes")
@@ -387,7 +390,8 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     clock.begin("converting")
 
     options = export_options(q, batch)
-    converter = Converter(graph, work / "export", worker)
+    converter = Converter(graph, work / "export", worker, graph_fn)
+    del graph_fn  # it holds the weights once more: not kept through the build
     # The per-op ranking measures the converter's quantization (TF's QuantizationDebugger on its calibration).
     analyse = (evaluation is not None and config.verify.culprits > 0 and q.mode.calibrated
                and q.engine is QuantEngine.CONVERTER)

@@ -36,12 +36,13 @@ def run_graph(graph: FrozenGraph, feeds: Mapping[str, np.ndarray], fn: Any = Non
     return {k: np.asarray(v) for k, v in result.items()}
 
 
-def save_serving_model(graph: FrozenGraph, directory: Path) -> None:
-    """Save the graph as a SavedModel with a ``serving_default`` signature whose inputs and
-    outputs carry the model's names (the .tflite signature inherits them)."""
+def save_serving_model(graph: FrozenGraph, directory: Path, graph_fn: Any = None) -> None:
+    """Save the graph (``graph_fn``: its concrete function, if made already) as a SavedModel with a
+    ``serving_default`` signature whose inputs and outputs carry the model's names (the .tflite signature
+    inherits them)."""
     tf = import_tf()
     module = tf.Module()
-    module.graph_fn = concrete_function(graph)
+    module.graph_fn = graph_fn if graph_fn is not None else concrete_function(graph)
     signature = [tf.TensorSpec(i.shape, i.dtype, name=i.name) for i in graph.inputs]
 
     def call(*args: Any) -> Any:

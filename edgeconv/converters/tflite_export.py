@@ -175,10 +175,11 @@ class Converter:
     """Conversions of one graph: saved once as a SavedModel, converted as often as needed
     (the build, the float reference, keep_float trials) by the build's worker process."""
 
-    def __init__(self, graph: FrozenGraph, workdir: Path, worker: Worker) -> None:
+    def __init__(self, graph: FrozenGraph, workdir: Path, worker: Worker, graph_fn: Any = None) -> None:
+        """``graph_fn``: the graph's concrete function when the caller made one (else it is made here)."""
         self.graph, self.workdir, self.worker = graph, workdir, worker
         workdir.mkdir(parents=True, exist_ok=True)
-        save_serving_model(graph, workdir / "saved_model")
+        save_serving_model(graph, workdir / "saved_model", graph_fn)
 
     def convert(self, calibration: SampleSet, options: ExportOptions, label: str,
                 progress: Progress | None = None, debug: SampleSet | None = None,
