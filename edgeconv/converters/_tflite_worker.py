@@ -62,6 +62,7 @@ def serve(message_fd: int) -> int:
 
     import_tf()  # while the parent loads the model
     _calibrate_once()
+    _one_blas_thread()
     messages = os.fdopen(message_fd, "w")
     for line in sys.stdin:
         try:
@@ -78,6 +79,18 @@ def serve(message_fd: int) -> int:
         messages.write(f"exit {code}\n")
         messages.flush()
     return 0
+
+
+def _one_blas_thread() -> None:
+    """NumPy's BLAS (OpenBLAS: a thread per CPU, each spinning a while for work after a call) on one thread.
+    The worker calls it only for the per-op metrics' dot products, as fast on one thread; with a pool, the
+    threads woken by every dot product spun on the CPUs the converter and TFLite needed: two builds side by
+    side (``-j 2`` on 2 cores) took 14-17 s for a 2.5-s conversion stage (bench_parallel, MobileNetV2 0.35)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # without it (an install missing the tf extra's pin), BLAS keeps its own threads
+        return
+    threadpool_limits(limits=1, user_api="blas")
 
 
 def convert(job_dir: Path, report: IO[str] | None = None) -> int:

@@ -187,6 +187,34 @@ def test_the_float_reference_is_the_float_model_the_conversion_calibrated(tmp_pa
         assert np.array_equal(a["output_0"], b["output_0"])
 
 
+BLAS_PROBE = """
+import json, os, sys
+import numpy as np
+from threadpoolctl import threadpool_info
+before = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+from edgeconv.converters import _tflite_worker
+read, write = os.pipe()
+sys.stdin = open(os.devnull)  # no jobs: serve sets up and returns
+assert _tflite_worker.serve(write) == 0
+print(json.dumps([before, [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]]))
+"""
+
+
+def test_the_worker_runs_numpys_blas_on_one_thread(tmp_path: Path) -> None:
+    """OpenBLAS starts a thread per CPU, and they spin after each call: in the worker they fought the
+    converter for the CPUs of builds running side by side."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", BLAS_PROBE], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "OPENBLAS_NUM_THREADS": "2"},
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    before, after = json.loads(done.stdout)
+    assert before == [2]  # NumPy's OpenBLAS, as the environment asks
+    assert after and set(after) == {1}  # every BLAS loaded once TensorFlow is (it brings its own)
+
+
 FREEZE_PROBE = """
 import gc, os, sys
 import tensorflow  # imported, its runtime not started: the build's state when it forks the worker
