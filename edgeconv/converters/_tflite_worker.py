@@ -152,7 +152,7 @@ def _raised_in(exc: BaseException, folder: str) -> bool:
 
 
 _CALIBRATED: dict[str, Any] = {}  # per calibration data: the build's calibrated float model
-_FLOAT_CALIBRATED: dict[str, bytes] = {}  # per calibration data: the float model the build's conversion calibrated
+_FLOAT_CALIBRATED: dict[str, bytes] = {}  # per calibration data: the float model that calibration ran
 _KEEP = 8  # calibrations kept (a build's own, its keep_float and repair trials'); a worker several builds
 # share forgets the oldest (one needed again is made again: the same bytes)
 _DATA_KEY = ""  # the calibration data of the running job: part of the key of a reused calibration

@@ -15,7 +15,6 @@ constant is left alone.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_import

@@ -124,4 +124,4 @@ def test_the_op_name_list_is_the_installed_schemas() -> None:
     from edgeconv.converters.tflite_ops import BUILTIN_OP_NAMES
 
     installed = {name for name in vars(schema.BuiltinOperator) if not name.startswith("_")}
-    assert BUILTIN_OP_NAMES == installed, sorted(installed)
+    assert installed == BUILTIN_OP_NAMES, sorted(installed)
