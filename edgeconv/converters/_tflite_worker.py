@@ -83,9 +83,9 @@ def serve(message_fd: int) -> int:
 
 def _one_blas_thread() -> None:
     """NumPy's BLAS (OpenBLAS: a thread per CPU, each spinning a while for work after a call) on one thread.
-    The worker calls it only for the per-op metrics' dot products, as fast on one thread; with a pool, the
-    threads woken by every dot product spun on the CPUs the converter and TFLite needed: two builds side by
-    side (``-j 2`` on 2 cores) took 14-17 s for a 2.5-s conversion stage (bench_parallel, MobileNetV2 0.35)."""
+    The worker calls it only for the per-op metrics' dot products, as fast on one thread; with a thread per
+    CPU, the threads woken by every dot product spun on the CPUs the converter and TFLite needed: two builds
+    side by side (``-j 2`` on 2 cores) took 14-17 s for a 2.5-s conversion stage (MobileNetV2 0.35)."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # without it (an install missing the tf extra's pin), BLAS keeps its own threads
@@ -151,11 +151,11 @@ def _raised_in(exc: BaseException, folder: str) -> bool:
     return False
 
 
-_CALIBRATED: dict[str, Any] = {}  # per calibration data: the build's calibrated float model
-_FLOAT_CALIBRATED: dict[str, bytes] = {}  # per calibration data: the float model that calibration ran
+# Per calibration data (of one SavedModel): the float model the build's conversion calibrated, and the result.
+_CALIBRATED: dict[str, tuple[bytes, Any]] = {}
 _KEEP = 8  # calibrations kept (a build's own, its keep_float and repair trials'); a worker several builds
 # share forgets the oldest (one needed again is made again: the same bytes)
-_DATA_KEY = ""  # the calibration data of the running job: part of the key of a reused calibration
+_DATA_KEY = ""  # the running job's SavedModel and calibration data: part of the key of a reused calibration
 
 
 def _calibrate_once() -> None:
@@ -175,9 +175,9 @@ def _calibrate_once() -> None:
         key = hashlib.sha256(self._model_content + _DATA_KEY.encode()).hexdigest()
         if key not in done:
             done[key] = original(self, dataset_gen)
-            _CALIBRATED.setdefault(_DATA_KEY, done[key])  # the first: the build's own model
-            _FLOAT_CALIBRATED.setdefault(_DATA_KEY, bytes(self._model_content))
-            for kept in (done, _CALIBRATED, _FLOAT_CALIBRATED):
+            # the first: the build's own model
+            _CALIBRATED.setdefault(_DATA_KEY, (bytes(self._model_content), done[key]))
+            for kept in (done, _CALIBRATED):
                 while len(kept) > _KEEP:
                     del kept[next(iter(kept))]
         else:
@@ -252,7 +252,7 @@ def _layer_errors(tf: Any, job: dict[str, Any], order: list[str], denied: list[s
 
     print("edgeconv worker: debug model from the build's calibration", file=sys.stderr, flush=True)
     quant_debug_model = tf_convert.mlir_quantize(
-        _CALIBRATED[_DATA_KEY], disable_per_channel=not job["per_channel"], fully_quantize=False,
+        _CALIBRATED[_DATA_KEY][1], disable_per_channel=not job["per_channel"], fully_quantize=False,
         enable_numeric_verify=True, denylisted_ops=None, denylisted_nodes=denied)
     # Built from a converter, the debugger's interpreter does not keep intermediate tensors (TF 2.21,
     # debugger.py _init_from_converter), so the float and quantized values the compare metrics read
@@ -335,9 +335,9 @@ def _float_model(tf: Any, job_dir: Path, job: dict[str, Any], representative: An
     """The graph converted without quantization. After a calibrated conversion by the TFLite converter it is
     the float model that conversion made and calibrated (the same ops, tensors and outputs as converting
     again with quantization off, at no cost); otherwise a conversion of its own."""
-    calibrated = _FLOAT_CALIBRATED.get(_DATA_KEY) if job.get("engine") != "ai-edge-quantizer" else None
+    calibrated = _CALIBRATED.get(_DATA_KEY) if job.get("engine") != "ai-edge-quantizer" else None
     if calibrated is not None:
-        return calibrated
+        return calibrated[0]
     key = job["saved_model"]
     if key not in _FLOAT:
         _FLOAT.clear()
