@@ -8,6 +8,7 @@ internal error, with a traceback in a log file.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
@@ -362,11 +363,11 @@ def _check_destinations(args: argparse.Namespace) -> None:
 def _build_parallel(paths: list[Path], args: argparse.Namespace) -> list[Any]:
     """Several pipelines, N at a time; a pipeline's failure never stops the others."""
     import concurrent.futures
-    import multiprocessing
+    import gc
 
     options = {k: getattr(args, k) for k in ("out", "quiet", "verbose", "baseline", "no_cache", "cache_dir",
                                              "suggest_keep_float", "repair")}
-    from .pipeline import sharing_worker
+    from .pipeline import pool_context, sharing_worker
 
     if args.jobs == 1:
         with sharing_worker():
@@ -375,23 +376,68 @@ def _build_parallel(paths: list[Path], args: argparse.Namespace) -> list[Any]:
             _print_outcome(o)
         return done
     results: dict[Path, Any] = {}
-    context = multiprocessing.get_context("spawn")  # TensorFlow does not survive fork
-    with concurrent.futures.ProcessPoolExecutor(max_workers=args.jobs, mp_context=context,
-                                                initializer=_share_worker_in_process) as pool:
+    jobs = min(args.jobs, len(paths))
+    context = pool_context(jobs)
+    # Forked processes: the objects so far (TensorFlow's, about 330,000) out of the collector's reach while
+    # the pool forks, so that no process's collection copies the pages they all share (as for the converter
+    # worker); this process lifts it once they are started.
+    froze = context.get_start_method() == "fork" and gc.get_freeze_count() == 0
+    if froze:
+        gc.freeze()
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context,
+                                                  initializer=_pool_process_init,
+                                                  initargs=(context.get_start_method() == "fork",))
+    try:
         futures = {pool.submit(_build_worker, p, options): p for p in paths}
+        if froze:
+            gc.unfreeze()
+            froze = False
         for future in concurrent.futures.as_completed(futures):
             results[futures[future]] = outcome = future.result()
             _print_outcome(outcome)
+    except BaseException as exc:  # Ctrl-C, SIGTERM or a broken pool: no pipeline not yet started starts now
+        if isinstance(exc, (KeyboardInterrupt, Terminated)):
+            _interrupt_children()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    finally:
+        if froze:
+            gc.unfreeze()
+        pool.shutdown(wait=True)
     return [results[p] for p in paths]
 
 
-def _share_worker_in_process() -> None:
-    """In each process of the pool: its builds share one converter worker (one TensorFlow import per
-    process), which ends with the process."""
+def _interrupt_children() -> None:
+    """This process was interrupted or terminated (a signal to it alone, as a job runner may send): each
+    build running in the pool is terminated too (SIGTERM, which each pool process turns into
+    ``Terminated``: the build unwinds, removing its staging and work folders and its converter worker,
+    and keeps its previous output) instead of running on unseen. Not SIGINT: a job started in the
+    background ignores it, and its pool processes inherit that."""
+    import multiprocessing
+    import signal
+
+    for child in multiprocessing.active_children():
+        if child.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGTERM)
+
+
+def _pool_process_init(forked: bool) -> None:
+    """In each process of the pool: SIGTERM stops its build cleanly (as in a single build); its builds
+    share one converter worker (one TensorFlow import per process, or none for a fork), which ends with
+    the process. A forked process forgets the exit handlers it inherited (the parent's to run, not its
+    own) and runs those its builds register when it ends (a fork ends without them: TensorFlow's
+    autograph removes its generated files from the temporary folder in such handlers)."""
+    import atexit
+    import signal
     from multiprocessing import util
 
     from .pipeline import sharing_worker
 
+    signal.signal(signal.SIGTERM, _terminate)
+    if forked:
+        atexit._clear()
+        util.Finalize(None, atexit._run_exitfuncs, exitpriority=0)
     sharing = sharing_worker()
     sharing.__enter__()
     util.Finalize(None, sharing.__exit__, args=(None, None, None), exitpriority=10)

@@ -35,7 +35,7 @@ from .config import (GatesConfig, ModelFormat, PipelineConfig, QuantEngine, Quan
 from .converters.model import LoadedModel
 from .converters.tflite_reader import TFLiteModel, parse_tflite, read_tflite
 from .diff import diff, load_report, regressions
-from .errors import ConfigError, InternalError, ModelError, OutputError, did_you_mean, rel
+from .errors import ConfigError, EdgeconvError, InternalError, ModelError, OutputError, did_you_mean, rel
 from .ir import FrozenGraph, TensorSpec
 from .passes import PassResult
 from .passes.graph import canonical
@@ -45,6 +45,8 @@ from .targets.describe import quantization_line
 from .targets.target import Target
 
 if TYPE_CHECKING:
+    import multiprocessing.context
+
     from .converters.tflite_export import Worker
 
 log = logging.getLogger("edgeconv")
@@ -233,6 +235,27 @@ def sharing_worker() -> Iterator[None]:
             yield
         finally:
             _SHARED_WORKER = None
+
+
+def pool_context(jobs: int) -> multiprocessing.context.BaseContext:
+    """How ``build -j N`` starts its ``jobs`` processes: where a fork is safe (Linux, as for the converter
+    worker), TensorFlow is imported here once and each process is this one forked, before anything starts
+    TensorFlow's runtime or a thread (the pool forks every process at its first task); each imports
+    nothing again and shares TensorFlow's pages with the others. Otherwise (or ``EDGECONV_WORKER=spawn``,
+    or TensorFlow missing: each build then reports it) they are new interpreters that import it each."""
+    import multiprocessing
+
+    from ._tf import import_tf
+    from .converters.tflite_export import can_fork
+
+    if jobs > 1 and sys.platform.startswith("linux") and os.environ.get("EDGECONV_WORKER", "fork") != "spawn":
+        try:
+            import_tf()
+        except EdgeconvError:
+            return multiprocessing.get_context("spawn")
+        if can_fork():
+            return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
 
 
 def _forget_user_code(modules_before: set[str], folder: Path) -> None:

@@ -101,7 +101,7 @@ class Worker:
         # reads the log at.
         fcntl.fcntl(self._log.fileno(), fcntl.F_SETFL, fcntl.fcntl(self._log.fileno(), fcntl.F_GETFL) | os.O_APPEND)
         self._events = queue.Queue()
-        if _can_fork():
+        if can_fork():
             self._proc = _Forked.start(self._log.fileno(), write_fd)
             self._froze = self._froze or self._proc.froze
         else:
@@ -262,7 +262,7 @@ def give_back_memory() -> None:
             pass
 
 
-def _can_fork() -> bool:
+def can_fork() -> bool:
     """Whether the worker can be this process forked: TensorFlow is imported here (the child needs no
     import of its own: one import per build), its runtime has not started (no TensorFlow thread pool
     or session whose locks a fork could copy held) and no other Python thread runs (a lock another

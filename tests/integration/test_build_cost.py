@@ -295,3 +295,54 @@ def test_the_builds_of_several_pipelines_share_one_worker_and_each_gets_its_own_
     assert len(worker_pids) == 1
     assert {n: (tmp_path / n / "out" / "m.tflite").read_bytes() for n in ("a", "b")} == alone
     assert alone["a"] != alone["b"]
+
+
+AUDIT_TF_IMPORT = '''
+import os
+import sys
+
+
+def _hook(event, args):
+    if event == "import" and args[0] == "tensorflow":
+        with open(os.environ["TF_IMPORTS"], "a") as log:
+            log.write(f"{os.getpid()}\\n")
+
+
+sys.addaudithook(_hook)
+'''
+
+
+@pytest.mark.parametrize(("mode", "imports"), [("fork", 1), ("spawn", 4)])
+def test_parallel_builds_import_tensorflow_once_and_leave_no_temporary_file(tmp_path: Path, mode: str,
+                                                                           imports: int) -> None:
+    """`build a.yaml b.yaml c.yaml -j 2`: the pool's processes are the CLI forked after its TensorFlow import
+    (one import for all; with EDGECONV_WORKER=spawn each of the 2 imports it, and so does its converter
+    worker), each .tflite is what its pipeline builds alone, and the temporary folder is left empty (a fork
+    ends without exit handlers: TensorFlow's autograph removes its generated files in them)."""
+    import subprocess
+    import sys
+
+    import keras
+
+    names = {"a": 9, "b": 11, "c": 13}
+    for name, hidden in names.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        models.dense_model(folder / "m.keras", keras.layers.ReLU(name="act"), features=7, hidden=hidden, classes=5)
+        models.calibration(folder / "cal.npz", samples=CALIBRATION, features=7, seed=hidden)
+        models.pipeline(folder, "m.keras", "cal.npz", samples=CALIBRATION,
+                        extra="targets: [generic-int8]\noutput: {dir: out}\n")
+    alone = {n: edgeconv.build(tmp_path / n / "pipeline.yaml", out=tmp_path / f"alone-{n}").tflite_path.read_bytes()
+             for n in names}
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(AUDIT_TF_IMPORT)
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "EDGECONV_NO_CACHE": "1", "EDGECONV_WORKER": mode, "TMPDIR": str(tmp_path / "tmp"),
+           "TF_IMPORTS": str(tmp_path / "imports.log"),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "edgeconv", "build", *(f"{n}/pipeline.yaml" for n in names),
+                           "-j", "2", "-q"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert len((tmp_path / "imports.log").read_text().split()) == imports
+    assert {n: (tmp_path / n / "out" / "m.tflite").read_bytes() for n in names} == alone
+    assert list((tmp_path / "tmp").iterdir()) == []

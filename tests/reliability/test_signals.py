@@ -168,3 +168,55 @@ def test_sigterm_swallowed_by_third_party_code_still_cancels(released: Path) -> 
     assert tree(out) == good
     assert sorted(p.name for p in out.parent.iterdir()) == ["digits"]
     assert list((released / "tmp").iterdir()) == []
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("mode", ["fork", "spawn"])
+def test_sigterm_to_a_parallel_build_alone_stops_every_build_and_keeps_every_release(released: Path,
+                                                                                   mode: str) -> None:
+    """``build a.yaml b.yaml -j 2`` and a SIGTERM to edgeconv only (not its process group, as a job runner
+    may send it) while both conversions run: each pool process's build unwinds too, instead of running on
+    and replacing its release after edgeconv has said it stopped."""
+    import shutil as sh
+
+    sh.copytree(released / "build" / "digits", released / "build" / "second")
+    (released / "second.yaml").write_text((released / "pipeline.yaml").read_text().replace("dir: build/digits",
+                                                                                         "dir: build/second"))
+    good = {name: tree(released / "build" / name) for name in ("digits", "second")}
+    (released / "tmp").mkdir()
+    env = {**os.environ, "EDGECONV_NO_CACHE": "1", "TMPDIR": str(released / "tmp"), "EDGECONV_WORKER": mode}
+    before = set(_workers())
+    proc = subprocess.Popen([sys.executable, "-m", "edgeconv", "build", "pipeline.yaml", "second.yaml", "-j", "2",
+                             "-q"], cwd=released, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # a group of its own: the signal below reaches edgeconv alone
+    try:
+        deadline = time.monotonic() + 180
+        while len(workers := [w for w in _workers() if w not in before]) < 2:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the two converter workers never started"
+            time.sleep(0.05)
+        pool = _children(proc.pid)
+        assert len(pool) >= 2
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "edgeconv: terminated; the previous output is unchanged"
+    assert "PASS" not in out  # neither build finished
+    assert _gone(workers + pool)
+    assert {name: tree(released / "build" / name) for name in ("digits", "second")} == good
+    assert sorted(p.name for p in (released / "build").iterdir()) == ["digits", "second"]  # no staging folders
+    assert list((released / "tmp").iterdir()) == []
