@@ -1,22 +1,30 @@
 """``edgeconv build -j N`` over four copies of the shipped example, side by side in one run.
 
     python scripts/bench_parallel.py [--copies 4] [--jobs 1 2] [--repeat 1] [--model digits]
-                                     [--edgeconv-from OTHER_CHECKOUT]
+                                     [--edgeconv-from OTHER_CHECKOUT] [--memory] [--ceiling]
 
 Each copy is the example's pipeline with its own output folder (paths point at the shipped model
 and data); ``--model`` copies bench_build's default pipeline of one of its models instead. Every run
 is a fresh ``python -m edgeconv build a.yaml b.yaml ... -j N`` with ``EDGECONV_NO_CACHE=1``; per run:
-wall time, CPU time (the process and all its children) and the process tree's peak memory
-(``bench_build.run``). ``--edgeconv-from`` runs the same from another
-checkout (an older commit) for a before/after table.
-"""
+wall time and CPU time (the process and all its children), medians over ``--repeat``, and the CPU
+over ``-j 1`` (the goal allows one TensorFlow import per process of the pool). These runs sample no
+memory: with every core busy the sampler's 30 ms per sample came out of the builds (MobileNetV2 0.35,
+``-j 2``: 16.7 s unsampled, 20.3 s sampled, the sampler 6 s of CPU); ``--memory`` adds one sampled run
+per variant for the process tree's peak PSS (``bench_build.run``). ``--edgeconv-from`` runs the same
+from another checkout (an older commit) for a before/after table; the variants take turns in each
+repeat. ``--ceiling`` measures what the machine itself allows: one build alone against N separate
+``edgeconv build`` processes started together (each imports TensorFlow, no serial part): two builds
+side by side each run slower than one alone (memory bandwidth, shared caches), which bounds any ``-j``."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from bench_build import APPS, TF1, make_model, pipeline
@@ -51,6 +59,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeat", type=int, default=1, help="runs per variant; the table shows the median")
     parser.add_argument("--edgeconv-from", type=Path, default=None)
+    parser.add_argument("--memory", action="store_true",
+                        help="one more run per variant, sampling the process tree's peak PSS")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="also the machine's own limit: one build alone against N separate edgeconv "
+                             "processes (N = the largest -j) started together, per repeat")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-parallel-"))
     pipelines = [str(p) for p in copies(work, args.copies, args.model)]
@@ -58,23 +71,57 @@ def main() -> None:
     checkouts = {"this checkout": env}
     if args.edgeconv_from is not None:
         checkouts[f"@ {args.edgeconv_from.name}"] = {**env, "PYTHONPATH": str(args.edgeconv_from.resolve())}
-    rows = []
-    for label, run_env in checkouts.items():
-        for jobs in args.jobs:
-            runs = []
-            for _ in range(args.repeat):
+    measured: dict[tuple[str, int], list[tuple[float, ...]]] = {}
+    for _ in range(args.repeat):  # the variants take turns, so that a slow minute of the machine hits them all
+        for label, run_env in checkouts.items():
+            for jobs in args.jobs:
+                runs = measured.setdefault((label, jobs), [])
                 runs.append(run([sys.executable, "-m", "edgeconv", "build", *pipelines, "-j", str(jobs), "-q"],
-                                work, run_env))
-                print(f"{label:20} -j {jobs}: wall {runs[-1][0]:6.1f} s  cpu {runs[-1][1]:6.1f} s"
-                      f"  peak PSS {runs[-1][3]:6.0f} MiB", file=sys.stderr, flush=True)
-            wall, cpu, _, pss = (sorted(r[i] for r in runs)[len(runs) // 2] for i in range(4))
-            rows.append((label, jobs, wall, cpu, pss))
+                                work, run_env, memory=False))
+                print(f"{label:20} -j {jobs}: wall {runs[-1][0]:6.1f} s  cpu {runs[-1][1]:6.1f} s",
+                      file=sys.stderr, flush=True)
+    if args.ceiling:
+        n = max(args.jobs)
+        alone, together = [], []
+        for _ in range(args.repeat):
+            alone.append(run([sys.executable, "-m", "edgeconv", "build", pipelines[0], "-q"], work, env,
+                             memory=False)[0])
+            together.append(_together(pipelines[:n], work, env))
+            print(f"one build alone {alone[-1]:.1f} s, {n} side by side {together[-1]:.1f} s", file=sys.stderr,
+                  flush=True)
+        a, t = sorted(alone)[len(alone) // 2], sorted(together)[len(together) // 2]
+        print(f"Ceiling: one build alone {a:.1f} s; {n} separate processes started together {t:.1f} s (each "
+              f"{t / a:.2f}x slower side by side, each importing TensorFlow): {n} at a time this way gives "
+              f"{n * a / t:.2f}x the throughput of one at a time.\n")
+    peaks = {}
+    if args.memory:  # runs of their own: the sampler would take CPU from the builds it measures
+        for label, run_env in checkouts.items():
+            for jobs in args.jobs:
+                peaks[label, jobs] = run([sys.executable, "-m", "edgeconv", "build", *pipelines, "-j", str(jobs),
+                                          "-q"], work, run_env)[3]
+                print(f"{label:20} -j {jobs}: peak PSS {peaks[label, jobs]:6.0f} MiB", file=sys.stderr, flush=True)
+    rows = []
+    for (label, jobs), runs in measured.items():
+        wall, cpu = (sorted(r[i] for r in runs)[len(runs) // 2] for i in range(2))
+        rows.append((label, jobs, wall, cpu, peaks.get((label, jobs), math.nan)))
     print(f"| edgeconv | -j | wall s ({args.copies} pipelines) | CPU s | peak PSS MiB | speed-up over -j "
-          f"{args.jobs[0]} |")
-    print("|---|---|---|---|---|---|")
+          f"{args.jobs[0]} | CPU over -j {args.jobs[0]} |")
+    print("|---|---|---|---|---|---|---|")
     for label, jobs, wall, cpu, pss in rows:
-        base = next(r[2] for r in rows if r[0] == label and r[1] == args.jobs[0])
-        print(f"| {label} | {jobs} | {wall:.1f} | {cpu:.1f} | {pss:.0f} | {base / wall:.2f}x |")
+        base_wall, base_cpu = next(r[2:4] for r in rows if r[0] == label and r[1] == args.jobs[0])
+        memory = "-" if math.isnan(pss) else f"{pss:.0f}"
+        print(f"| {label} | {jobs} | {wall:.1f} | {cpu:.1f} | {memory} | {base_wall / wall:.2f}x | "
+              f"{cpu - base_cpu:+.1f} s |")
+
+def _together(pipelines: list[str], cwd: Path, env: dict[str, str]) -> float:
+    """Wall s until the last of ``edgeconv build P -q``, one process per pipeline, all started at once."""
+    start = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, "-m", "edgeconv", "build", p, "-q"], cwd=cwd, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for p in pipelines]
+    codes = [proc.wait() for proc in procs]
+    if any(code not in (0, 1) for code in codes):
+        raise SystemExit(f"a build side by side failed: exit codes {codes}")
+    return time.perf_counter() - start
 
 
 if __name__ == "__main__":
