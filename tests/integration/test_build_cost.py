@@ -269,25 +269,29 @@ def test_the_worker_ends_with_the_last_conversion_the_build_can_ask_for(
     assert events[:2] == (["close", "invoke"] if closed_before_invoke else ["invoke", "close"])
 
 
+def _pipelines(tmp_path: Path, hidden: dict[str, int]) -> dict[str, bytes]:
+    """A pipeline per name, in its own folder (writing to out/), of a model with that many hidden units;
+    returns each one's .tflite built alone by the library."""
+    import keras
+
+    for name, units in hidden.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        models.dense_model(folder / "m.keras", keras.layers.ReLU(name="act"), features=7, hidden=units, classes=5)
+        models.calibration(folder / "cal.npz", samples=CALIBRATION, features=7, seed=units)
+        models.pipeline(folder, "m.keras", "cal.npz", samples=CALIBRATION,
+                        extra="targets: [generic-int8]\noutput: {dir: out}\n")
+    return {name: edgeconv.build(tmp_path / name / "pipeline.yaml", out=tmp_path / f"alone-{name}"
+                                 ).tflite_path.read_bytes() for name in hidden}
+
+
 def test_the_builds_of_several_pipelines_share_one_worker_and_each_gets_its_own_bytes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, worker_pids: list[int]) -> None:
     """`edgeconv build a.yaml b.yaml -j 1`: one converter worker (one TensorFlow import) serves both builds,
     and each .tflite is byte for byte what the pipeline builds alone."""
-    import keras
-
     from edgeconv.cli import main
 
-    for name, hidden, seed in (("a", 9, 0), ("b", 11, 1)):
-        folder = tmp_path / name
-        folder.mkdir()
-        models.dense_model(folder / "m.keras", keras.layers.ReLU(name="act"), features=7, hidden=hidden, classes=5)
-        models.calibration(folder / "cal.npz", samples=CALIBRATION, features=7, seed=seed)
-        models.pipeline(folder, "m.keras", "cal.npz", samples=CALIBRATION,
-                        extra="targets: [generic-int8]\noutput: {dir: out}\n")
-    alone = {}
-    for name in ("a", "b"):
-        alone[name] = edgeconv.build(tmp_path / name / "pipeline.yaml", out=tmp_path / f"alone-{name}"
-                                     ).tflite_path.read_bytes()
+    alone = _pipelines(tmp_path, {"a": 9, "b": 11})
     worker_pids.clear()  # the builds above each had their own
     monkeypatch.setenv("EDGECONV_NO_CACHE", "1")
     assert main(["build", str(tmp_path / "a" / "pipeline.yaml"), str(tmp_path / "b" / "pipeline.yaml"),
@@ -322,18 +326,8 @@ def test_parallel_builds_import_tensorflow_once_and_leave_no_temporary_file(tmp_
     import subprocess
     import sys
 
-    import keras
-
     names = {"a": 9, "b": 11, "c": 13}
-    for name, hidden in names.items():
-        folder = tmp_path / name
-        folder.mkdir()
-        models.dense_model(folder / "m.keras", keras.layers.ReLU(name="act"), features=7, hidden=hidden, classes=5)
-        models.calibration(folder / "cal.npz", samples=CALIBRATION, features=7, seed=hidden)
-        models.pipeline(folder, "m.keras", "cal.npz", samples=CALIBRATION,
-                        extra="targets: [generic-int8]\noutput: {dir: out}\n")
-    alone = {n: edgeconv.build(tmp_path / n / "pipeline.yaml", out=tmp_path / f"alone-{n}").tflite_path.read_bytes()
-             for n in names}
+    alone = _pipelines(tmp_path, names)
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "sitecustomize.py").write_text(AUDIT_TF_IMPORT)
     (tmp_path / "tmp").mkdir()
