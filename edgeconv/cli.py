@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import gc
 import json
 import logging
 import os
@@ -19,7 +20,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -190,8 +191,6 @@ def program() -> int:
     or test that calls it goes on with its collector whole."""
     code = main()
     if "tensorflow" in sys.modules:
-        import gc
-
         gc.freeze()
     return code
 
@@ -377,7 +376,6 @@ def _check_destinations(args: argparse.Namespace) -> None:
 def _build_parallel(paths: list[Path], args: argparse.Namespace) -> list[Any]:
     """Several pipelines, N at a time; a pipeline's failure never stops the others."""
     import concurrent.futures
-    import gc
 
     options = {k: getattr(args, k) for k in ("out", "quiet", "verbose", "baseline", "no_cache", "cache_dir",
                                              "suggest_keep_float", "repair")}
@@ -390,35 +388,37 @@ def _build_parallel(paths: list[Path], args: argparse.Namespace) -> list[Any]:
             _print_outcome(o)
         return done
     results: dict[Path, Any] = {}
-    jobs = min(args.jobs, len(paths))
-    context = pool_context(jobs)
-    # Forked processes: the objects so far (TensorFlow's, about 330,000) out of the collector's reach while
-    # the pool forks, so that no process's collection copies the pages they all share (as for the converter
-    # worker); this process lifts it once they are started.
-    froze = context.get_start_method() == "fork" and gc.get_freeze_count() == 0
+    context = pool_context()
+    forked = context.get_start_method() == "fork"
+    with concurrent.futures.ProcessPoolExecutor(max_workers=min(args.jobs, len(paths)), mp_context=context,
+                                                initializer=_pool_process_init, initargs=(forked,)) as pool:
+        try:
+            with _frozen_while_forking(forked):
+                futures = {pool.submit(_build_worker, p, options): p for p in paths}
+            for future in concurrent.futures.as_completed(futures):
+                results[futures[future]] = outcome = future.result()
+                _print_outcome(outcome)
+        except BaseException as exc:  # Ctrl-C, SIGTERM or a broken pool: no pipeline not yet started starts now
+            if isinstance(exc, (KeyboardInterrupt, Terminated)):
+                _interrupt_children()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    return [results[p] for p in paths]
+
+
+@contextlib.contextmanager
+def _frozen_while_forking(forked: bool) -> Iterator[None]:
+    """The pool forks all its processes at the first submit: the objects so far (TensorFlow's, about
+    330,000) are out of the collector's reach meanwhile, so that no process's collection copies the pages
+    they all share (as for the converter worker); this process lifts it once they are started."""
+    froze = forked and gc.get_freeze_count() == 0
     if froze:
         gc.freeze()
-    pool = concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context,
-                                                  initializer=_pool_process_init,
-                                                  initargs=(context.get_start_method() == "fork",))
     try:
-        futures = {pool.submit(_build_worker, p, options): p for p in paths}
-        if froze:
-            gc.unfreeze()
-            froze = False
-        for future in concurrent.futures.as_completed(futures):
-            results[futures[future]] = outcome = future.result()
-            _print_outcome(outcome)
-    except BaseException as exc:  # Ctrl-C, SIGTERM or a broken pool: no pipeline not yet started starts now
-        if isinstance(exc, (KeyboardInterrupt, Terminated)):
-            _interrupt_children()
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
+        yield
     finally:
         if froze:
             gc.unfreeze()
-        pool.shutdown(wait=True)
-    return [results[p] for p in paths]
 
 
 def _interrupt_children() -> None:

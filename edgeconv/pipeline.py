@@ -237,8 +237,8 @@ def sharing_worker() -> Iterator[None]:
             _SHARED_WORKER = None
 
 
-def pool_context(jobs: int) -> multiprocessing.context.BaseContext:
-    """How ``build -j N`` starts its ``jobs`` processes: where a fork is safe (Linux, as for the converter
+def pool_context() -> multiprocessing.context.BaseContext:
+    """How ``build -j N`` (N > 1) starts its processes: where a fork is safe (Linux, as for the converter
     worker), TensorFlow is imported here once and each process is this one forked, before anything starts
     TensorFlow's runtime or a thread (the pool forks every process at its first task); each imports
     nothing again and shares TensorFlow's pages with the others. Otherwise (or ``EDGECONV_WORKER=spawn``,
@@ -248,7 +248,7 @@ def pool_context(jobs: int) -> multiprocessing.context.BaseContext:
     from ._tf import import_tf
     from .converters.tflite_export import can_fork
 
-    if jobs > 1 and sys.platform.startswith("linux") and os.environ.get("EDGECONV_WORKER", "fork") != "spawn":
+    if sys.platform.startswith("linux") and os.environ.get("EDGECONV_WORKER", "fork") != "spawn":
         try:
             import_tf()
         except EdgeconvError:

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import median_high
 
 from bench_build import APPS, TF1, make_model, pipeline
 from bench_build import run  # the same measurement: wall, CPU with children, the tree's peak RSS and PSS
@@ -89,7 +90,7 @@ def main() -> None:
             together.append(_together(pipelines[:n], work, env))
             print(f"one build alone {alone[-1]:.1f} s, {n} side by side {together[-1]:.1f} s", file=sys.stderr,
                   flush=True)
-        a, t = sorted(alone)[len(alone) // 2], sorted(together)[len(together) // 2]
+        a, t = median_high(alone), median_high(together)
         print(f"Ceiling: one build alone {a:.1f} s; {n} separate processes started together {t:.1f} s (each "
               f"{t / a:.2f}x slower side by side, each importing TensorFlow): {n} at a time this way gives "
               f"{n * a / t:.2f}x the throughput of one at a time.\n")
@@ -102,7 +103,7 @@ def main() -> None:
                 print(f"{label:20} -j {jobs}: peak PSS {peaks[label, jobs]:6.0f} MiB", file=sys.stderr, flush=True)
     rows = []
     for (label, jobs), runs in measured.items():
-        wall, cpu = (sorted(r[i] for r in runs)[len(runs) // 2] for i in range(2))
+        wall, cpu = (median_high(r[i] for r in runs) for i in range(2))
         rows.append((label, jobs, wall, cpu, peaks.get((label, jobs), math.nan)))
     print(f"| edgeconv | -j | wall s ({args.copies} pipelines) | CPU s | peak PSS MiB | speed-up over -j "
           f"{args.jobs[0]} | CPU over -j {args.jobs[0]} |")
@@ -112,6 +113,7 @@ def main() -> None:
         memory = "-" if math.isnan(pss) else f"{pss:.0f}"
         print(f"| {label} | {jobs} | {wall:.1f} | {cpu:.1f} | {memory} | {base_wall / wall:.2f}x | "
               f"{cpu - base_cpu:+.1f} s |")
+
 
 def _together(pipelines: list[str], cwd: Path, env: dict[str, str]) -> float:
     """Wall s until the last of ``edgeconv build P -q``, one process per pipeline, all started at once."""
