@@ -188,14 +188,28 @@ def program() -> int:
     TensorFlow, its objects (about 330,000) are left out of the garbage collections of the interpreter's
     exit (``gc.freeze``): they took 0.6 s after every build, which has written and closed all it writes by
     then; the exit still runs its handlers and flushes the console. Not in :func:`main`: a host program
-    or test that calls it goes on with its collector whole."""
+    or test that calls it goes on with its collector whole.
+
+    Descriptors 0-2 a parent closed are opened on /dev/null first, and the console is flushed last, so
+    neither a closed descriptor nor a failed final flush can turn the verdict into another exit code."""
+    from .console import quiet_exit_streams, standard_descriptors
+
+    standard_descriptors()
     code = main()
     if "tensorflow" in sys.modules:
         gc.freeze()
+    quiet_exit_streams()
     return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from .console import safe_console
+
+    with safe_console():  # the exit code is the verdict, whatever happens to the console
+        return _parse_and_main(argv)
+
+
+def _parse_and_main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (eval "$(register-python-argcomplete edgeconv)")
         import argcomplete
@@ -284,11 +298,6 @@ def _main(args: argparse.Namespace) -> int:
     except Terminated:
         print("edgeconv: terminated; the previous output is unchanged", file=sys.stderr)
         return 143
-    except BrokenPipeError:
-        # The reader went away (`edgeconv check ... | head`): not an error of ours. Point stdout at
-        # /dev/null so the interpreter's final flush does not raise again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
     except Exception as exc:  # a bug, or the toolchain failing: traceback to a log
         return _crash(exc)
 

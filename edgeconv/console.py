@@ -191,3 +191,86 @@ def print_lines(lines: Iterable[str], stream: Any) -> None:
             start = match.start(1) if match.group(1) else match.start(2)
             text.stylize(_STYLES[word], start, start + len(word))
         console.print(text)
+
+
+class SafeStream:
+    """A console stream whose writes cannot change the outcome: a closed pipe (``| head -1``, ``| true``),
+    a full disk (``> /dev/full``), a closed descriptor (``>&-``) or a stream that is ``None`` drop what is
+    written from then on instead of raising. The exit code is the verdict, whatever the console does;
+    everything else (``isatty``, ``fileno``, ``encoding``) is the wrapped stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.broken = stream is None
+
+    def write(self, text: str) -> int:
+        if not self.broken:
+            try:
+                self._stream.write(text)
+            except (OSError, ValueError):  # EPIPE, ENOSPC, EBADF, EIO; ValueError: a closed file
+                self.broken = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.broken:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError):
+                self.broken = True
+
+    def isatty(self) -> bool:
+        if self.broken:
+            return False
+        try:
+            return bool(self._stream.isatty())
+        except (OSError, ValueError):
+            return False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def safe_console() -> Iterator[None]:
+    """``sys.stdout`` and ``sys.stderr`` as :class:`SafeStream` for the duration (restored after, for a
+    host program that calls :func:`edgeconv.cli.main`)."""
+    import sys
+
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = SafeStream(saved[0]), SafeStream(saved[1])  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for wrapped in (sys.stdout, sys.stderr):
+            wrapped.flush()
+        sys.stdout, sys.stderr = saved
+
+
+def standard_descriptors() -> None:
+    """Descriptors 0-2 that a parent closed (``>&-``) are opened on /dev/null before anything else opens a
+    file: otherwise the first file edgeconv opens becomes "stdout", and a print lands in it."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+
+
+def quiet_exit_streams() -> None:
+    """The interpreter flushes stdout and stderr as it exits and turns a failed flush into exit 120: the
+    streams are flushed here, and one that fails is pointed at /dev/null so the exit code stays ours."""
+    import sys
+
+    for stream, fd in ((sys.stdout, 1), (sys.stderr, 2)):
+        if stream is None:
+            continue
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+            except OSError:
+                pass
