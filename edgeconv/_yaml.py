@@ -28,7 +28,8 @@ def compose_file(path: Path) -> yaml.Node:
         raise ConfigError([f"{shown}: cannot read: {exc.strerror}"]) from None
     if len(text) > MAX_CHARS:
         raise ConfigError([f"{shown}: {len(text):,} characters; a pipeline file may have at most {MAX_CHARS:,}"])
-    node = _compose_with_libyaml(text)
+    scanned = _scan(text, shown)
+    node = _compose_with_libyaml(text) if scanned else None
     if node is not None:
         return node
     try:
@@ -47,6 +48,8 @@ def compose_file(path: Path) -> yaml.Node:
         raise ConfigError([f"{shown}: invalid YAML: {exc}"]) from None
     if node is None:
         raise ConfigError([f"{shown}: the file is empty"])
+    if not scanned:  # libyaml refused what the pure loader took: its events get the same bounds
+        _scan(text, shown, yaml.SafeLoader)
     return node
 
 
@@ -55,26 +58,22 @@ def _compose_with_libyaml(text: str) -> yaml.Node | None:
     empty, nested too deep or libyaml is missing: then the pure-Python loader composes it, or says what is
     wrong with the messages the tests pin.
 
-    The depth is counted over libyaml's events first (its parser keeps its own stack; its composer recurses
-    in C, past Python's recursion limit). Plain scalars get the pure loader's style (None, libyaml says '').
+    Called only after :func:`_scan` (libyaml's composer recurses in C, past Python's recursion limit, and
+    follows no budget). Plain scalars get the pure loader's style (None, libyaml says '').
     """
     if not getattr(yaml, "__with_libyaml__", False):
         return None
     try:
-        depth = 0
-        for event in yaml.parse(text, Loader=yaml.CSafeLoader):
-            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                depth += 1
-                if depth > MAX_DEPTH:
-                    return None
-            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-                depth -= 1
         node = yaml.compose(text, Loader=yaml.CSafeLoader)
     except yaml.YAMLError:
         return None
     stack = [node] if node is not None else []
+    seen: set[int] = set()  # an alias shares its node: each is visited once
     while stack:
         item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
         if isinstance(item, yaml.ScalarNode):
             if item.style == "":
                 item.style = None
@@ -85,6 +84,60 @@ def _compose_with_libyaml(text: str) -> yaml.Node | None:
     return node
 
 
+def _scan(text: str, shown: str, loader: Any = None) -> bool:
+    """One pass over the parser's events before anything is composed. Refuses a file with more than
+    :data:`MAX_NODES` nodes, whose aliases form a cycle (``x: &a [*a]``: every reader of the tree would walk
+    it forever) or would expand to more than :data:`MAX_ALIAS_NODES` nodes (an alias bomb: ``&b [*a, *a]``
+    nested a few levels doubles at each). Each anchor's expanded size is known when its node ends, an alias
+    adds that size, and an alias to an anchor whose node is still open is a cycle.
+
+    False when the file is nested deeper than :data:`MAX_DEPTH` or the parser rejects it: the pure loader
+    composes it then, and words the error."""
+    if loader is None:
+        loader = yaml.CSafeLoader if getattr(yaml, "__with_libyaml__", False) else yaml.SafeLoader
+    sizes: dict[str, int] = {}
+    frames: list[list[Any]] = []  # [anchor, expanded size so far] per open collection
+    nodes = expanded = 0
+    try:
+        for event in yaml.parse(text, Loader=loader):
+            if isinstance(event, yaml.AliasEvent):
+                if any(frame[0] == event.anchor for frame in frames):
+                    raise ConfigError([f"{shown}:{event.start_mark.line + 1}: the alias *{event.anchor} refers to "
+                                       f"the node &{event.anchor} that holds it (a cycle); write the value out"])
+                size = sizes.get(event.anchor or "", 0)
+                expanded += size
+                if expanded > MAX_ALIAS_NODES:
+                    raise ConfigError([f"{shown}:{event.start_mark.line + 1}: the aliases expand to more than "
+                                       f"{MAX_ALIAS_NODES:,} nodes (an alias bomb?); a pipeline file needs a few"])
+            elif isinstance(event, (yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                nodes += 1
+                if nodes > MAX_NODES:
+                    raise ConfigError([f"{shown}:{event.start_mark.line + 1}: more than {MAX_NODES:,} values; a "
+                                       "pipeline or target file holds a few thousand at most"])
+                size = 1
+                if isinstance(event, yaml.ScalarEvent):
+                    if event.anchor:
+                        sizes[event.anchor] = 1
+                else:
+                    frames.append([event.anchor, 1])
+                    if len(frames) > MAX_DEPTH:
+                        return False
+                    continue
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                anchor, size = frames.pop()
+                if anchor:
+                    sizes[anchor] = size
+            else:
+                continue
+            if frames:
+                frames[-1][1] += size
+    except yaml.YAMLError:
+        return False
+    return True
+
+
+MAX_ALIAS_NODES = 10_000  # what aliases may add; the built-in target files add a few hundred
+MAX_NODES = 20_000  # values in one file; the largest built-in target file holds about 1,500
 MAX_CHARS = 1_000_000  # a pipeline file is a few KB; anything this large is not one
 MAX_DEPTH = 32  # the deepest pipeline section nests 4 levels
 
