@@ -84,6 +84,11 @@ def _compose_with_libyaml(text: str) -> yaml.Node | None:
     return node
 
 
+def _line(event: Any) -> int:
+    mark = event.start_mark
+    return int(mark.line) + 1 if mark is not None else 1
+
+
 def _scan(text: str, shown: str, loader: Any = None) -> bool:
     """One pass over the parser's events before anything is composed. Refuses a file with more than
     :data:`MAX_NODES` nodes, whose aliases form a cycle (``x: &a [*a]``: every reader of the tree would walk
@@ -102,17 +107,17 @@ def _scan(text: str, shown: str, loader: Any = None) -> bool:
         for event in yaml.parse(text, Loader=loader):
             if isinstance(event, yaml.AliasEvent):
                 if any(frame[0] == event.anchor for frame in frames):
-                    raise ConfigError([f"{shown}:{event.start_mark.line + 1}: the alias *{event.anchor} refers to "
+                    raise ConfigError([f"{shown}:{_line(event)}: the alias *{event.anchor} refers to "
                                        f"the node &{event.anchor} that holds it (a cycle); write the value out"])
                 size = sizes.get(event.anchor or "", 0)
                 expanded += size
                 if expanded > MAX_ALIAS_NODES:
-                    raise ConfigError([f"{shown}:{event.start_mark.line + 1}: the aliases expand to more than "
+                    raise ConfigError([f"{shown}:{_line(event)}: the aliases expand to more than "
                                        f"{MAX_ALIAS_NODES:,} nodes (an alias bomb?); a pipeline file needs a few"])
             elif isinstance(event, (yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent)):
                 nodes += 1
                 if nodes > MAX_NODES:
-                    raise ConfigError([f"{shown}:{event.start_mark.line + 1}: more than {MAX_NODES:,} values; a "
+                    raise ConfigError([f"{shown}:{_line(event)}: more than {MAX_NODES:,} values; a "
                                        "pipeline or target file holds a few thousand at most"])
                 size = 1
                 if isinstance(event, yaml.ScalarEvent):

@@ -90,7 +90,7 @@ MODEL_KEY_FORMATS: dict[str, tuple[ModelFormat, ...]] = {
     "outputs": (ModelFormat.GRAPHDEF,),
     "custom_modules": (ModelFormat.KERAS, ModelFormat.H5),
     "custom_objects": (ModelFormat.KERAS, ModelFormat.H5),
-    "trust_code": (ModelFormat.KERAS, ModelFormat.H5),
+    "trust_code": (ModelFormat.KERAS, ModelFormat.H5, ModelFormat.SAVEDMODEL, ModelFormat.GRAPHDEF),
 }
 
 
@@ -182,8 +182,10 @@ class ModelConfig:
         factory=dict, parse=_parse_custom_objects,
         json_schema=lambda: {"type": "object", "additionalProperties": {"type": "string",
                                                                         "pattern": "^[\\w.]+:[\\w.]+$"}})
-    trust_code: bool = setting("Run code from the pipeline's folder to load the model (custom_modules, "
-                               "custom_objects).", default=False)
+    trust_code: bool = setting("Run code the pipeline does not show: modules from the pipeline's folder "
+                               "(custom_modules, custom_objects), and what a SavedModel or graph runs beyond "
+                               "inference (init ops, resource initializers, ops with effects outside the graph).",
+                               default=False)
 
     def resolved_format(self) -> ModelFormat:
         if self.format is not ModelFormat.AUTO:

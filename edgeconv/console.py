@@ -100,7 +100,7 @@ class LiveProgress:
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         task = self.tasks.get(stage)
-        if total == 0 and done > 0 or total > 0 and done >= total:
+        if (total == 0 and done > 0) or (total > 0 and done >= total):
             if task is not None:
                 self.progress.remove_task(self.tasks.pop(stage))
                 self.progress.refresh()  # now, not at the next tick: a log line printed meanwhile redraws it
@@ -237,7 +237,7 @@ def safe_console() -> Iterator[None]:
     import sys
 
     saved = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = SafeStream(saved[0]), SafeStream(saved[1])  # type: ignore[assignment]
+    sys.stdout, sys.stderr = SafeStream(saved[0]), SafeStream(saved[1])
     try:
         yield
     finally:
@@ -270,7 +270,5 @@ def quiet_exit_streams() -> None:
         try:
             stream.flush()
         except (OSError, ValueError):
-            try:
+            with contextlib.suppress(OSError):
                 os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
-            except OSError:
-                pass

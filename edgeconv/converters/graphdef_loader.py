@@ -22,6 +22,7 @@ from ..errors import ModelError, did_you_mean, rel
 from ..ir import FrozenGraph, TensorSpec
 from ..passes.graph import node_of
 from ..passes.strip_training import RANDOM_OPS
+from .inspect_graph import check_graph_def
 from .model import LoadedModel, pin_shapes, scope_layers, show_shape
 
 PLACEHOLDERS = ("Placeholder", "PlaceholderWithDefault")
@@ -54,25 +55,28 @@ def read_graph_def(path: Path) -> Any:
 
 def graph_from_graphdef(path: Path, *, batch_size: int, input_shapes: Mapping[str, tuple[int, ...]],
                         inputs: Iterable[str] = (), outputs: Iterable[str] = (),
-                        bind: Mapping[str, bool | int | float] | None = None) -> LoadedModel:
+                        bind: Mapping[str, bool | int | float] | None = None,
+                        trust_code: bool = False) -> LoadedModel:
     """Load a frozen GraphDef, apply ``bind``, and pin the input shapes."""
     tf = import_tf()
     return frozen_model(read_graph_def(path), rel(path), batch_size=batch_size, input_shapes=input_shapes,
-                        inputs=inputs, outputs=outputs, bind=bind, fmt="graphdef",
+                        inputs=inputs, outputs=outputs, bind=bind, fmt="graphdef", trust_code=trust_code,
                         framework=f"tensorflow {tf.__version__} (TF1 GraphDef)")
 
 
 def frozen_model(graph_def: Any, shown: str, *, batch_size: int, input_shapes: Mapping[str, tuple[int, ...]],
                  inputs: Iterable[str] = (), outputs: Iterable[str] = (),
                  bind: Mapping[str, bool | int | float] | None = None, names: Mapping[str, str] | None = None,
-                 reference: Any = None, fmt: str, framework: str, notes: Iterable[str] = ()) -> LoadedModel:
+                 reference: Any = None, fmt: str, framework: str, notes: Iterable[str] = (),
+                 trust_code: bool = False) -> LoadedModel:
     """The IR of a frozen graph: bind placeholders, check what still switches training
     behaviour, choose inputs and outputs, pin shapes.
 
     ``inputs`` are placeholder names and ``outputs`` tensor names (default: the
     unbound placeholders and the sink nodes); ``names`` gives them user-facing names
     (a SavedModel signature's keys). ``reference`` runs the source model; by default
-    it is the bound graph run by a TF1 session.
+    it is the bound graph run by a TF1 session. Before anything of it runs, every node the outputs need
+    must be one edgeconv may run (:mod:`.inspect_graph`), unless ``trust_code``.
     """
     tf = import_tf()
     names = dict(names or {})
@@ -112,7 +116,8 @@ def frozen_model(graph_def: Any, shown: str, *, batch_size: int, input_shapes: M
     if not outputs:
         notes.append(f"outputs not set; using the graph's sink nodes: {', '.join(out_tensors)}")
     _prune(graph_def, [node_of(t) for t in out_tensors], keep=in_names)
-    _refuse_side_effects(graph_def, shown)
+    if not trust_code:
+        check_graph_def(graph_def, shown)
     nodes = {n.name: n for n in graph_def.node}
     problems = []
     for name in placeholders:
@@ -239,43 +244,6 @@ def _sinks(graph_def: Any) -> list[str]:
     used = {node_of(i) for n in graph_def.node for i in n.input}
     return [n.name for n in graph_def.node if n.name not in used and n.op not in NOT_OUTPUTS
             and not n.op.startswith("Assign")]
-
-
-# Ops that touch the world outside the graph when it runs: files, checkpoints, summaries, Python code.
-# A model's inference needs none of them; edgeconv runs the graph (to trace, compare and calibrate),
-# so a graph whose outputs need one is refused from its GraphDef, before anything runs.
-SIDE_EFFECT_OPS = frozenset({
-    "WriteFile", "ReadFile", "MatchingFiles", "ImmutableConst", "Save", "SaveV2", "SaveSlices", "Restore",
-    "RestoreV2", "RestoreSlice", "MergeV2Checkpoints", "ShardedFilename", "WholeFileReader", "WholeFileReaderV2",
-    "TextLineReader", "TextLineReaderV2", "TFRecordReader", "TFRecordReaderV2", "FixedLengthRecordReader",
-    "FixedLengthRecordReaderV2", "ReaderRead", "ReaderReadV2", "CreateSummaryFileWriter", "WriteSummary",
-    "WriteScalarSummary", "WriteHistogramSummary", "WriteImageSummary", "WriteAudioSummary",
-    "WriteRawProtoSummary", "WriteGraphSummary", "FlushSummaryWriter", "CloseSummaryWriter", "PyFunc",
-    "PyFuncStateless", "EagerPyFunc", "DebugIdentityV2", "DebugIdentityV3",
-})
-
-
-def _refuse_side_effects(graph_def: Any, shown: str) -> None:
-    """Refuse a graph whose outputs (data or control edges, and the functions its nodes call) need an op
-    of SIDE_EFFECT_OPS, naming the nodes."""
-    functions = {f.signature.name: f for f in graph_def.library.function}
-    found = [(n.name, n.op) for n in graph_def.node if n.op in SIDE_EFFECT_OPS]
-    todo = [n for n in graph_def.node]
-    seen: set[str] = set()
-    while todo:  # the functions the kept nodes call, and the functions those call
-        node = todo.pop()
-        for attr in node.attr.values():
-            for called in [attr.func.name, *(f.name for f in attr.list.func)]:
-                if called in functions and called not in seen:
-                    seen.add(called)
-                    body = functions[called].node_def
-                    found += [(f"{called}/{n.name}", n.op) for n in body if n.op in SIDE_EFFECT_OPS]
-                    todo.extend(body)
-    if found:
-        listed = ", ".join(f"{op} {name!r}" for name, op in found[:5]) + (", ..." if len(found) > 5 else "")
-        raise ModelError(f"{shown}: the model's outputs need op(s) that read or write files or run Python "
-                         f"({listed}); edgeconv runs the graph to trace and calibrate it, so it refuses them "
-                         "before anything runs. Fix: export the graph without them (inference needs none)")
 
 
 def _prune(graph_def: Any, roots: list[str], keep: list[str]) -> None:

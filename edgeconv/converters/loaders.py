@@ -26,14 +26,14 @@ def _savedmodel(cfg: ModelConfig, base_dir: Path) -> LoadedModel:
     from .savedmodel_loader import graph_from_savedmodel
 
     return graph_from_savedmodel(cfg.path, signature=cfg.signature, batch_size=cfg.batch_size,
-                                 input_shapes=cfg.input_shapes, bind=cfg.bind)
+                                 input_shapes=cfg.input_shapes, bind=cfg.bind, trust_code=cfg.trust_code)
 
 
 def _graphdef(cfg: ModelConfig, base_dir: Path) -> LoadedModel:
     from .graphdef_loader import graph_from_graphdef
 
     return graph_from_graphdef(cfg.path, batch_size=cfg.batch_size, input_shapes=cfg.input_shapes,
-                               inputs=cfg.inputs, outputs=cfg.outputs, bind=cfg.bind)
+                               inputs=cfg.inputs, outputs=cfg.outputs, bind=cfg.bind, trust_code=cfg.trust_code)
 
 
 LOADERS: dict[ModelFormat, Callable[[ModelConfig, Path], LoadedModel]] = {

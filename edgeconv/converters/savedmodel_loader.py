@@ -20,6 +20,7 @@ from .._tf import import_tf
 from ..errors import ModelError, did_you_mean, rel
 from .freeze import freeze_concrete_function
 from .graphdef_loader import frozen_model
+from .inspect_graph import check_savedmodel
 from .model import LoadedModel, pin_shapes
 
 SERVE = "serve"
@@ -45,11 +46,16 @@ def _is_tf1(path: Path) -> bool:
 
 def graph_from_savedmodel(path: Path, *, signature: str, batch_size: int,
                           input_shapes: Mapping[str, tuple[int, ...]],
-                          bind: Mapping[str, bool | int | float] | None = None) -> LoadedModel:
+                          bind: Mapping[str, bool | int | float] | None = None,
+                          trust_code: bool = False) -> LoadedModel:
+    """Unless ``trust_code``, the SavedModel's protobuf is checked before either loader runs any of it."""
     tf = import_tf()
+    if not trust_code:
+        check_savedmodel(path)
     if _is_tf1(path):
         return _from_tf1(path, signature=signature, batch_size=batch_size, input_shapes=input_shapes, bind=bind,
-                         notes=["TF1 SavedModel (no object graph): loaded with the TF1 session loader"])
+                         notes=["TF1 SavedModel (no object graph): loaded with the TF1 session loader"],
+                         trust_code=trust_code)
     try:
         obj = tf.saved_model.load(str(path))
     except Exception as exc:  # TF raises many kinds for a SavedModel it cannot revive
@@ -57,7 +63,7 @@ def graph_from_savedmodel(path: Path, *, signature: str, batch_size: int,
         try:
             return _from_tf1(path, signature=signature, batch_size=batch_size, input_shapes=input_shapes,
                              bind=bind, notes=[f"tf.saved_model.load failed ({first}); loaded with the TF1 "
-                                               "session loader instead"])
+                                               "session loader instead"], trust_code=trust_code)
         except ModelError as fallback:
             hint = KERAS2_HINT.format(tf=".".join(tf.__version__.split(".")[:2])) \
                 if "_UserObject" in first or "add_slot" in first or "keras" in first.lower() else ""
@@ -93,6 +99,7 @@ def graph_from_savedmodel(path: Path, *, signature: str, batch_size: int,
     names = {**dict(zip(in_nodes, in_names)), **dict(zip(out_tensors, out_names))}
     return frozen_model(graph_def, rel(path), batch_size=batch_size, input_shapes={}, inputs=in_nodes,
                         outputs=out_tensors, bind=bind, names=names, reference=reference, fmt="savedmodel",
+                        trust_code=trust_code,
                         framework=f"tensorflow {tf.__version__} (SavedModel signature {signature!r})")
 
 
@@ -107,7 +114,7 @@ def _pick(signatures: Mapping[str, Any], signature: str, path: Path) -> Any:
 
 
 def _from_tf1(path: Path, *, signature: str, batch_size: int, input_shapes: Mapping[str, tuple[int, ...]],
-              bind: Mapping[str, bool | int | float] | None, notes: list[str]) -> LoadedModel:
+              bind: Mapping[str, bool | int | float] | None, notes: list[str], trust_code: bool) -> LoadedModel:
     tf = import_tf()
     graph = tf.Graph()
     with graph.as_default(), tf.compat.v1.Session(graph=graph) as session:
@@ -125,7 +132,7 @@ def _from_tf1(path: Path, *, signature: str, batch_size: int, input_shapes: Mapp
     names = {**{node: key for key, node in in_nodes.items()}, **{t: key for key, t in out_tensors.items()}}
     return frozen_model(graph_def, rel(path), batch_size=batch_size, input_shapes=input_shapes,
                         inputs=list(in_nodes.values()), outputs=list(out_tensors.values()), bind=bind, names=names,
-                        fmt="savedmodel", notes=notes,
+                        fmt="savedmodel", notes=notes, trust_code=trust_code,
                         framework=f"tensorflow {tf.__version__} (TF1 SavedModel signature {signature!r})")
 
 

@@ -312,10 +312,12 @@ def test_a_graph_that_writes_files_is_refused_before_it_ever_runs(tmp_path: Path
     (tmp_path / "a").mkdir()
     with pytest.raises(ModelError) as err:
         edgeconv.build(project(tmp_path / "a", pb, cal={"x": np.ones((20, 4), np.float32)}))
-    listed = "WriteFile 'leak'" if edge == "control" else "ReadFile 'peek'"
-    assert str(err.value) == (f"a/leaky.pb: the model's outputs need op(s) that read or write files or run Python "
-                              f"({listed}); edgeconv runs the graph to trace and calibrate it, so it refuses them "
-                              "before anything runs. Fix: export the graph without them (inference needs none)")
+    listed = ("WriteFile 'leak' (an op with effects outside the graph: files, network, processes or state)"
+              if edge == "control" else "ReadFile 'peek' (an op that reads files or runs Python)")
+    assert str(err.value) == (f"a/leaky.pb: the graph holds ops edgeconv does not run: {listed}. edgeconv runs the graph to "
+                              "trace and calibrate it, so it refuses them before anything runs; set "
+                              "model.trust_code: true only if you trust the model, or export it again without it "
+                              "(inference needs none of it)")
     assert not target.exists()
 
 
