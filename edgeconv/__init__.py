@@ -9,14 +9,20 @@ Public API::
 TensorFlow is imported only by the build stages that need it.
 """
 
+import sys as _sys
+
+if _sys.argv[:1] == ["-m"]:  # ``python -m edgeconv``, while runpy imports this package: before any other import
+    from ._isolate import no_imports_from_the_working_directory
+
+    no_imports_from_the_working_directory()
+
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 
 if TYPE_CHECKING:
     from .config import PipelineConfig, load_pipeline
-    from .errors import (ConfigError, DataError, EdgeconvError, InternalError, ModelError, ModelFileError,
-                         OutputError)
+    from .errors import ConfigError, DataError, EdgeconvError, InternalError, ModelError, ModelFileError, OutputError
     from .pipeline import BuildResult, CheckResult, build, check
 
 __all__ = [

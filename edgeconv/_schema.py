@@ -195,6 +195,10 @@ def _unusable_path(text: str) -> str:
     """Why a path from the pipeline file can be no file name on any system edgeconv runs on ('' if none)."""
     if "\0" in text:
         return "a path cannot contain a NUL character"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
+        # A newline or escape in a path would become a line of its own in CI logs, $GITHUB_OUTPUT and
+        # annotations: no model or data file needs one.
+        return "a path cannot contain a control character (newline, tab, escape, ...)"
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

@@ -179,8 +179,9 @@ def workflow_commands(outcomes: Sequence[Outcome]) -> list[str]:
         level = {"fail": "error", "error": "error", "warn": "warning", "off": "notice"}
         for c in o.report["gate"].get("checks", []):
             if c["outcome"] in level:
-                out.append(f"::{level[c['outcome']]} file={_escape_property(rel(o.pipeline))},title=edgeconv "
-                           f"{c['kind']} ({o.name})::{_escape(c['sentence'])}")
+                title = _escape_property(f"edgeconv {c['kind']} ({o.name})")
+                out.append(f"::{level[c['outcome']]} file={_escape_property(rel(o.pipeline))},title={title}::"
+                           f"{_escape(c['sentence'])}")
     return out
 
 

@@ -105,7 +105,8 @@ class Worker:
             self._proc = _Forked.start(self._log.fileno(), write_fd)
             self._froze = self._froze or self._proc.froze
         else:
-            self._proc = subprocess.Popen([sys.executable, "-m", WORKER, "--serve", str(write_fd)],
+            isolated_path(env)
+            self._proc = subprocess.Popen([sys.executable, "-P", "-m", WORKER, "--serve", str(write_fd)],
                                           stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT, env=env,
                                           pass_fds=(write_fd,), start_new_session=True, preexec_fn=_die_with_parent)
         os.close(write_fd)
@@ -363,6 +364,13 @@ def _prctl(option: int, value: object) -> None:
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+
+
+def isolated_path(env: dict[str, str]) -> None:
+    """For a Python started with ``-P`` (its working directory, a pull request's files, is not on its path):
+    the folder edgeconv itself is imported from goes on PYTHONPATH, so a source checkout still finds it."""
+    home = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([home, *filter(None, [env.get("PYTHONPATH")])])
 
 
 def _kill_group(proc: subprocess.Popen[bytes] | _Forked) -> None:

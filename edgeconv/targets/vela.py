@@ -105,7 +105,9 @@ def place_with_vela(model: TFLiteModel, target: Target) -> TargetResult:
             args += ["--system-config", compiler.system_config]
         if compiler.memory_mode:
             args += ["--memory-mode", compiler.memory_mode]
-        proc = subprocess.run([sys.executable, "-c", "import sys; from ethosu.vela.vela import main; "
+        # -P: Vela's working folder is not a place to import from (only the model is in it, but -c would
+        # put it first on the path).
+        proc = subprocess.run([sys.executable, "-P", "-c", "import sys; from ethosu.vela.vela import main; "
                                "sys.exit(main(sys.argv[1:]))", *args], cwd=work, capture_output=True, text=True)
         log = proc.stdout + proc.stderr
         compiled = work / "out" / "model_vela.tflite"

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The Action's build step: build the pipelines, write JUnit, the Markdown summary and the results, and
 # hand the verdict and paths to the workflow ($GITHUB_OUTPUT). Exits with edgeconv's exit code.
+# Its working directory is the workspace, a pull request's files: every Python it runs is isolated from
+# it (-I: no workspace module, no PYTHON* variable), and no path from a pipeline reaches $GITHUB_OUTPUT
+# unless it is plain text (no control character, quote or newline) under a random heredoc delimiter.
 set -uo pipefail
 : "${GITHUB_OUTPUT:?set by GitHub Actions}"
 EDGECONV="${EDGECONV:-edgeconv}"
@@ -10,7 +13,7 @@ mkdir -p "$out_dir"
 
 # An input split as a shell would (quotes keep spaces), one word per line; a bad quote is the user's error.
 words() {
-  "$PYTHON" - "$1" "$2" <<'PY'
+  "$PYTHON" -I - "$1" "$2" <<'PY'
 import shlex
 import sys
 
@@ -49,15 +52,31 @@ case "$code" in
 esac
 reports=""
 if [[ -f "$out_dir/results.json" ]]; then
-  reports="$("$PYTHON" -c 'import json,sys; print("\n".join(r["report"] for r in json.load(open(sys.argv[1])) if r["report"]))' "$out_dir/results.json")"
+  # A report path is a pipeline's output.dir: one with a control character or a quote is left out (and said).
+  reports="$("$PYTHON" -I - "$out_dir/results.json" <<'PY'
+import json
+import re
+import sys
+
+for result in json.load(open(sys.argv[1])):
+    report = result.get("report") or ""
+    if isinstance(report, str) and report:
+        if re.search(r"[\x00-\x1f\x7f\"'`$]", report):
+            print(f"edgeconv action: warning: report path {report!r} left out of the outputs (control characters "
+                  "or quotes)", file=sys.stderr)
+        else:
+            print(report)
+PY
+)"
 fi
+delimiter="EDGECONV_$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 {
   echo "verdict=$verdict"
   echo "exit-code=$code"
   echo "junit=$out_dir/junit.xml"
   echo "summary=$out_dir/summary.md"
-  echo "reports<<EDGECONV_EOF"
+  echo "reports<<$delimiter"
   echo "$reports"
-  echo "EDGECONV_EOF"
+  echo "$delimiter"
 } >> "$GITHUB_OUTPUT"
 exit "$code"

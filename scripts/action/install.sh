@@ -15,6 +15,7 @@ if [[ -n "${INPUT_TENSORFLOW_VERSION:-}" ]]; then
     packages+=("tensorflow${INPUT_TENSORFLOW_VERSION}")
   fi
 fi
-"$PYTHON" -m pip install --upgrade pip
-"$PYTHON" -m pip install "${packages[@]}"
-"$PYTHON" -m edgeconv --version
+# -I: the working directory is the workspace (a pull request's files), never a place to import from.
+"$PYTHON" -I -m pip install --upgrade pip
+"$PYTHON" -I -m pip install "${packages[@]}"
+"$PYTHON" -I -m edgeconv --version

@@ -7,7 +7,8 @@ set -euo pipefail
 : "${GITHUB_OUTPUT:?set by GitHub Actions}"
 : "${EDGECONV_SOURCE:?the checkout of the Action}"
 PYTHON="${PYTHON:-python}"
-digest="$("$PYTHON" - "$EDGECONV_SOURCE/pyproject.toml" "${INPUT_EXTRAS:-tf}" "${INPUT_TENSORFLOW_VERSION:-}" <<'PY'
+# -I: the working directory is the workspace (a pull request's files), never a place to import from.
+digest="$("$PYTHON" -I - "$EDGECONV_SOURCE/pyproject.toml" "${INPUT_EXTRAS:-tf}" "${INPUT_TENSORFLOW_VERSION:-}" <<'PY'
 import hashlib
 import platform
 import sys
@@ -19,6 +20,6 @@ print(h.hexdigest()[:16])
 PY
 )"
 {
-  echo "dir=$("$PYTHON" -m pip cache dir 2>/dev/null || echo "$HOME/.cache/pip")"
+  echo "dir=$("$PYTHON" -I -m pip cache dir 2>/dev/null || echo "$HOME/.cache/pip")"
   echo "key=edgeconv-pip-${RUNNER_OS:-$(uname -s)}-$digest"
 } >> "$GITHUB_OUTPUT"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -75,10 +76,12 @@ def fake_python(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(("extras", "tf", "expected"), [
-    ("tf", "", ["-m pip install --upgrade pip", "-m pip install /src/edgeconv[tf]", "-m edgeconv --version"]),
+    ("tf", "", ["-I -m pip install --upgrade pip", "-I -m pip install /src/edgeconv[tf]",
+                "-I -m edgeconv --version"]),
     # One pip run with the pin: one resolution, one TensorFlow download (not edgeconv[tf]'s, then the pin's).
-    ("tf, onnx", "==2.21.*", ["-m pip install --upgrade pip",
-                              "-m pip install /src/edgeconv[tf,onnx] tensorflow-cpu==2.21.*", "-m edgeconv --version"]),
+    ("tf, onnx", "==2.21.*", ["-I -m pip install --upgrade pip",
+                              "-I -m pip install /src/edgeconv[tf,onnx] tensorflow-cpu==2.21.*",
+                              "-I -m edgeconv --version"]),
 ])
 def test_install_step(tmp_path: Path, extras: str, tf: str, expected: list[str]) -> None:
     if os.uname().sysname != "Linux" or os.uname().machine != "x86_64":
@@ -173,3 +176,76 @@ def test_build_step_refuses_an_unbalanced_quote(tmp_path: Path, pipelines: str, 
     assert done.stderr.strip().splitlines()[-1] == message
     assert argv == []  # edgeconv never ran
     assert (outputs["verdict"], outputs["exit-code"]) == ("error", "2")
+
+
+# A pull request's workspace: modules named as the standard library's that the steps' Python would import.
+PLANTED = ("shlex", "json", "re", "platform", "hashlib", "sys", "os", "pip", "edgeconv")
+
+
+def hostile_workspace(tmp_path: Path) -> tuple[Path, Path]:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    probe = tmp_path / "probe"
+    code = f"open({str(probe)!r}, 'a').write(__name__ + '\\n')\n"
+    for name in PLANTED:
+        (workspace / f"{name}.py").write_text(code)
+    (workspace / "sitecustomize.py").write_text(code)
+    return workspace, probe
+
+
+def test_no_step_runs_code_from_the_workspace(tmp_path: Path) -> None:
+    workspace, probe = hostile_workspace(tmp_path)
+    output = tmp_path / "github_output"
+    env = {**os.environ, "PYTHON": sys.executable, "GITHUB_OUTPUT": str(output), "EDGECONV_SOURCE": str(REPO),
+           "RUNNER_TEMP": str(tmp_path), "INPUT_PIPELINES": "a.yaml 'b c.yaml'", "INPUT_ARGS": "-q",
+           "EDGECONV": "true", "PYTHONPATH": str(workspace)}
+    for script in ("pip_cache_key.sh", "build.sh"):
+        done = subprocess.run(["bash", str(REPO / "scripts" / "action" / script)], env=env, cwd=workspace,
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    assert not probe.exists(), probe.read_text()
+    assert "key=edgeconv-pip-" in output.read_text()
+
+
+def test_no_python_in_the_action_runs_without_isolation() -> None:
+    for script in sorted((REPO / "scripts" / "action").glob("*.sh")):
+        calls = re.findall(r'"\$PYTHON"( -I)?', script.read_text())
+        assert calls and all(calls), f"{script.name}: every \"$PYTHON\" runs with -I"
+
+
+@pytest.mark.parametrize("path", [
+    "evil\nverdict=pass\nEDGECONV_EOF\nexit-code=0", "it's/report.json", 'a"b/report.json', "$(id)/report.json",
+    "tab\there/report.json", "`id`/report.json"])
+def test_a_crafted_report_path_never_reaches_the_step_outputs(tmp_path: Path, path: str) -> None:
+    """The report paths come from the pipelines' output.dir: a control character or a quote keeps a path
+    out of $GITHUB_OUTPUT (said on stderr), and the heredoc delimiter is random each run."""
+    import json
+
+    fake = tmp_path / "fake-edgeconv"
+    good = str(tmp_path / "ok" / "report.json")
+    results = json.dumps([{"report": path}, {"report": good}, {"report": None}])
+    fake.write_text(f"#!/usr/bin/env bash\nwhile [[ $# -gt 0 ]]; do [[ $1 == --results-json ]] && "
+                    f"printf '%s' {shlex.quote(results)} > \"$2\"; shift; done\nexit 1\n")
+    fake.chmod(0o755)
+    output = tmp_path / "github_output"
+    env = {**os.environ, "EDGECONV": str(fake), "PYTHON": sys.executable, "GITHUB_OUTPUT": str(output),
+           "RUNNER_TEMP": str(tmp_path), "INPUT_PIPELINES": "p.yaml"}
+    done = subprocess.run(["bash", str(REPO / "scripts" / "action" / "build.sh")], env=env, capture_output=True,
+                          text=True)
+    assert done.returncode == 1
+    lines = output.read_text().splitlines()
+    assert lines[:4] == ["verdict=fail", "exit-code=1", f"junit={tmp_path}/edgeconv/junit.xml",
+                         f"summary={tmp_path}/edgeconv/summary.md"]
+    delimiter = lines[4].removeprefix("reports<<")
+    assert re.fullmatch(r"EDGECONV_[0-9a-f]{32}", delimiter)
+    assert lines[5:] == [good, delimiter]
+    assert f"edgeconv action: warning: report path {path!r} left out of the outputs" in done.stderr
+
+
+@pytest.mark.parametrize("path", ["action.yml", "examples/github-workflow.yml"])
+def test_no_expression_is_expanded_inside_a_run_script(path: str) -> None:
+    """A value expanded into run: is shell code; values reach scripts through env:."""
+    document = yaml.safe_load((REPO / path).read_text())
+    steps = document["runs"]["steps"] if "runs" in document else [
+        s for job in document["jobs"].values() for s in job["steps"]]
+    assert all("${{" not in step.get("run", "") for step in steps)

@@ -66,3 +66,19 @@ def test_a_closed_stdout_is_not_taken_by_the_first_file_opened(tmp_path: Path) -
     got, _ = status(f"{CHECK_FAIL} --format json >&-", tmp_path)
     assert got == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["status"]
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["check", str(PASSES), "--target", "edgetpu"],
+                                  ["validate", str(REPO / "pipeline.yaml")]])
+def test_python_m_edgeconv_imports_nothing_from_the_working_directory(tmp_path: Path, argv: list[str]) -> None:
+    """A pull request's workspace with modules named as the standard library's and edgeconv's dependencies."""
+    probe = tmp_path / "probe"
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    for name in ("json", "re", "shlex", "platform", "numpy", "yaml", "typing", "dataclasses", "logging",
+                 "ai_edge_litert"):
+        (workspace / f"{name}.py").write_text(f"open({str(probe)!r}, 'a').write(__name__ + '\\n')\n")
+    proc = subprocess.run([sys.executable, "-m", "edgeconv", *argv], cwd=workspace, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert not probe.exists(), probe.read_text()

@@ -114,8 +114,23 @@ def test_mutated_pipeline_files_validate_or_are_refused_never_crash(tmp_path: Pa
     assert refused > YAML_CASES // 6  # most mutations break the file; each said so
 
 
+@pytest.mark.parametrize("value", ['"build/x\\nverdict=pass"', '"build/\\rx"', '"build/\\tx"'])
+def test_an_output_folder_with_a_control_character_is_refused(tmp_path: Path, value: str) -> None:
+    (tmp_path / "p.yaml").write_text(f"version: 1\nmodel: {{path: m.keras}}\noutput: {{dir: {value}}}\n")
+    with pytest.raises(EdgeconvError) as info:
+        load_pipeline(tmp_path / "p.yaml")
+    assert any(line.startswith(f"{tmp_path / 'p.yaml'}:3: output.dir: a path cannot contain a control character")
+               for line in str(info.value).splitlines())
+
+
 @pytest.mark.parametrize(("path", "message"), [
     ('"a\\0b.keras"', "model.path: a path cannot contain a NUL character: 'a\\x00b.keras'"),
+    ('"a\\nverdict=pass.keras"', "model.path: a path cannot contain a control character (newline, tab, escape, "
+     "...): 'a\\nverdict=pass.keras'"),
+    ('"a\\x1b[2Jb.keras"', "model.path: a path cannot contain a control character (newline, tab, escape, ...): "
+     "'a\\x1b[2Jb.keras'"),
+    ('"a\\x7f.keras"', "model.path: a path cannot contain a control character (newline, tab, escape, ...): "
+     "'a\\x7f.keras'"),
     ('"\\ud800.keras"', "model.path: a path must be valid Unicode (it holds a lone surrogate): '\\\\ud800.keras'"),
     ("x" * 256 + ".keras", "model.path: a file or folder name in a path must be at most 255 bytes long: '"
      + "x" * 60 + "... (262 characters)'"),
