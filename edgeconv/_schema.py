@@ -50,6 +50,7 @@ def setting(
     minimum: float | None = None,
     maximum: float | None = None,
     must_exist: bool = False,
+    no_link: bool = False,
     parse: Callable[[yaml.Node, str, Ctx], Any] | None = None,
     json_schema: Callable[[], dict[str, Any]] | None = None,
     dump: Callable[[Any, Path], Any] | None = None,
@@ -62,6 +63,7 @@ def setting(
         "minimum": minimum,
         "maximum": maximum,
         "must_exist": must_exist,
+        "no_link": no_link,
         "parse": parse,
         "json_schema": json_schema,
         "dump": dump,
@@ -175,6 +177,9 @@ def _parse_scalar(tp: Any, node: yaml.ScalarNode, key: str, ctx: Ctx, meta: Mapp
         bad = _unusable_path(text)
         if bad:
             return ctx.error(node, key, f"{bad}: {_shorten(text)!r}")
+        link = _link_in(ctx.base_dir / text) if meta.get("no_link") else None
+        if link is not None:
+            return ctx.error(node, key, f"{_shorten(text)!r} {link}; name a real folder")
         try:
             path = (ctx.base_dir / text).resolve()
             exists = path.exists()
@@ -208,6 +213,21 @@ def _unusable_path(text: str) -> str:
     if any(len(part.encode("utf-8")) > NAME_MAX for part in text.split("/")):
         return f"a file or folder name in a path must be at most {NAME_MAX} bytes long"
     return ""
+
+
+def _link_in(given: Path) -> str | None:
+    """How ``given`` leads somewhere else: it is a symbolic link, or lies below one that points nowhere (the
+    folder would be made wherever the link points); None when neither."""
+    import os
+
+    try:
+        for part in (given, *given.parents):
+            if part.is_symlink() and (part == given or not part.exists()):
+                where = "is a symbolic link" if part == given else f"is below {part.name!r}, a symbolic link to nothing"
+                return f"{where} (-> {os.readlink(part)})"
+    except OSError:
+        return None
+    return None
 
 
 def _shorten(text: str, keep: int = 60) -> str:

@@ -9,10 +9,13 @@ build asked to stop never goes on to replace the last good release.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 
 _lock = threading.Lock()
 _requested: type[BaseException] | None = None
+_deferred = 0
 
 
 class Cancelled(BaseException):
@@ -37,6 +40,23 @@ def check() -> None:
     """Raise the requested exception, if a stop was requested."""
     if _requested is not None:
         raise _requested()
+
+
+def deferred() -> bool:
+    """A signal handler asks this before it raises: inside :func:`defer` it only records the request."""
+    return _deferred > 0
+
+
+@contextlib.contextmanager
+def defer() -> Iterator[None]:
+    """A step that must not be cut in two (the output folder's swap): a signal's stop request is recorded
+    and raised by the next :func:`check` after the step, never in the middle of it."""
+    global _deferred
+    _deferred += 1
+    try:
+        yield
+    finally:
+        _deferred -= 1
 
 
 def clear() -> None:

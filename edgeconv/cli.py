@@ -175,12 +175,14 @@ class Terminated(BaseException):
 
 def _terminate(signum: int, frame: Any) -> None:
     cancel.request(Terminated)  # kept too: third-party code may swallow the exception (see cancel.py)
-    raise Terminated()
+    if not cancel.deferred():  # the output folder's swap is never cut in two: raised after it
+        raise Terminated()
 
 
 def _interrupt(signum: int, frame: Any) -> None:
     cancel.request(KeyboardInterrupt)
-    raise KeyboardInterrupt()
+    if not cancel.deferred():
+        raise KeyboardInterrupt()
 
 
 def program() -> int:
@@ -261,6 +263,9 @@ def _console(args: argparse.Namespace) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
+    from .output import committed
+
+    committed().clear()
     try:
         _console(args)
         if args.command == "build":
@@ -293,13 +298,23 @@ def _main(args: argparse.Namespace) -> int:
             print(f"edgeconv: error: {line}", file=sys.stderr)
         return EXIT_USER
     except KeyboardInterrupt:
-        print("edgeconv: interrupted; the previous output is unchanged", file=sys.stderr)
+        print(f"edgeconv: interrupted; {_what_was_written()}", file=sys.stderr)
         return 130
     except Terminated:
-        print("edgeconv: terminated; the previous output is unchanged", file=sys.stderr)
+        print(f"edgeconv: terminated; {_what_was_written()}", file=sys.stderr)
         return 143
     except Exception as exc:  # a bug, or the toolchain failing: traceback to a log
         return _crash(exc)
+
+
+def _what_was_written() -> str:
+    """What a stopped command leaves: the output folders it finished replacing, or none changed."""
+    from .output import committed
+
+    done = committed()
+    if not done:
+        return "the previous output is unchanged"
+    return f"the new output is in place in {', '.join(rel(p) for p in done)} (written before the stop)"
 
 
 def _crash(exc: Exception) -> int:

@@ -401,8 +401,9 @@ class OnnxConfig:
 class OutputConfig:
     """Where the artifacts go, and the firmware artifacts written beside the .tflite."""
 
-    dir: Path | None = setting("Output folder, relative to the pipeline file; default build/<name>.",
-                               default=None)
+    dir: Path | None = setting("Output folder, relative to the pipeline file; default build/<name>. Not a "
+                               "symbolic link; edgeconv replaces it only while it holds exactly what edgeconv "
+                               "wrote there.", default=None, no_link=True)
     c_array: CArrayConfig | None = setting("Write the model as a C array (.c/.h).", default=None)
     op_resolver: bool = setting("Write a TFLite Micro op-resolver header registering exactly the model's ops.",
                                 default=False)

@@ -13,13 +13,15 @@ builds that are no longer running (their process id is in the folder name).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import re
 import shutil
 import signal
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from . import cancel
@@ -27,14 +29,17 @@ from .errors import OutputError, rel
 
 MARKER = ".edgeconv-output"
 log = logging.getLogger("edgeconv")
-# Fault injection for the reliability tests: die (SIGKILL) at this step of the commit.
+# Fault injection for the reliability tests: die (SIGKILL), or be asked to stop (SIGTERM), at this step.
 _KILL_AT = "EDGECONV_TEST_KILL_AT"
+_TERM_AT = "EDGECONV_TEST_TERM_AT"
 _WORK = re.compile(r"^\.(?P<name>.+)\.(?P<kind>staging|old)-(?P<pid>\d+)-")
 
 
 def _step(name: str) -> None:
     if os.environ.get(_KILL_AT) == name:
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get(_TERM_AT) == name:
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _alive(pid: int) -> bool:
@@ -108,15 +113,101 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
+def marker_text(files: Mapping[str, bytes]) -> str:
+    """The marker lists every file edgeconv wrote into the folder, with its sha256: what it may replace."""
+    return json.dumps({"written_by": "edgeconv", "note": "edgeconv replaces this folder on every build, as long as "
+                       "it holds exactly the files listed here", "files": {name: hashlib.sha256(data).hexdigest()
+                                                                             for name, data in sorted(files.items())}},
+                      indent=1) + "\n"
+
+
+def _listed(path: Path) -> dict[str, str] | None:
+    """The files the folder's marker lists (name -> sha256), or None when there is no valid marker."""
+    marker = path / MARKER
+    try:
+        if marker.is_symlink() or not marker.is_file() or marker.stat().st_size > 1_000_000:
+            return None
+        files = json.loads(marker.read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        return None
+    return files
+
+
+def foreign_file(path: Path) -> str | None:
+    """What in the existing folder ``path`` edgeconv did not write there ('' for "no valid marker"), or None
+    when the folder holds only files its marker lists, unchanged (a file may be missing: removing it lost
+    nothing). A symbolic link or a ``.git`` anywhere in it is foreign."""
+    listed = _listed(path)
+    if listed is None:
+        return ""
+    for top, dirs, names in os.walk(path):
+        here = Path(top)
+        for name in sorted(dirs):
+            if name == ".git" or (here / name).is_symlink():
+                return (here / name).relative_to(path).as_posix()
+        for name in sorted(names):
+            file = here / name
+            shown = file.relative_to(path).as_posix()
+            if shown == MARKER:
+                continue
+            if file.is_symlink() or not file.is_file() or shown not in listed:
+                return shown
+            digest = hashlib.sha256()
+            with open(file, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+            if digest.hexdigest() != listed[shown]:
+                return shown
+    return None
+
+
+def check_holds_no_input(path: Path, inputs: Sequence[tuple[str, Path]]) -> None:
+    """The output folder is replaced on every build: it must never be, or hold, one of the build's inputs
+    (the pipeline file, the model, the data, target files, code it imports)."""
+    for role, given in inputs:
+        resolved = given.resolve()
+        if resolved == path or path in resolved.parents:
+            raise OutputError(f"output folder {rel(path)} holds the {role} {rel(resolved)}; every build replaces "
+                              "that folder. Choose an output folder of its own (output.dir or --out)")
+
+
+def check_not_a_link(given: Path) -> None:
+    """Refuse an output path that is a symbolic link, or below one that points nowhere: the folder would be
+    made wherever the link points (outside the repository)."""
+    def shown(p: Path) -> str:  # as named: rel() would follow the link
+        text = os.path.relpath(os.path.abspath(p))
+        return text if not text.startswith("..") else os.path.abspath(p)
+
+    for part in (given, *given.parents):
+        if part.is_symlink() and (part == given or not part.exists()):
+            what = "is a symbolic link" if part == given else f"is below {shown(part)}, a symbolic link to nothing"
+            raise OutputError(f"output folder {shown(given)} {what} (-> {os.readlink(part)}); name a real folder "
+                              "(output.dir or --out)")
+
+
 def check_writable(path: Path) -> None:
     """Refuse, before any work, an output path that is a file or someone else's folder, or one that
     cannot be created or written (a read-only file system, a missing permission): found out after a
-    long build, that would waste it."""
+    long build, that would waste it. A folder edgeconv wrote is replaced only while it holds exactly what
+    its marker lists; a ``.git`` folder, or a folder inside one, never."""
+    if path.name == ".git" or ".git" in path.parts:
+        raise OutputError(f"output folder {rel(path)} is inside a .git folder; every build replaces its output "
+                          "folder. Choose an output folder of its own (output.dir or --out)")
+    if path.is_symlink():
+        check_not_a_link(path)
     if path.exists() and not path.is_dir():
         raise OutputError(f"output folder {rel(path)} exists and is not a folder")
-    if path.is_dir() and any(path.iterdir()) and not (path / MARKER).exists():
-        raise OutputError(f"output folder {rel(path)} exists, is not empty and was not created by edgeconv; "
-                          "choose another folder (--out) or empty it")
+    if path.is_dir() and any(path.iterdir()):
+        foreign = foreign_file(path)
+        if foreign == "":
+            raise OutputError(f"output folder {rel(path)} exists, is not empty and was not created by edgeconv; "
+                              "choose another folder (--out) or empty it")
+        if foreign is not None:
+            raise OutputError(f"output folder {rel(path)} holds {foreign!r}, which edgeconv did not write there (or "
+                              "it changed since); every build replaces that folder. Choose another folder (--out) "
+                              "or move that file out")
     existing = existing_ancestor(path)
     if existing is None:
         return
@@ -130,8 +221,20 @@ def check_writable(path: Path) -> None:
                           f"{exc.strerror or exc}") from None
 
 
+_COMMITTED: list[Path] = []
+
+
+def committed() -> list[Path]:
+    """The output folders this process replaced (for what a stopped command says it left)."""
+    return _COMMITTED
+
+
 def commit(path: Path, files: Mapping[str, bytes]) -> None:
-    """Replace ``path`` by a folder holding exactly ``files`` (plus the edgeconv marker)."""
+    """Replace ``path`` by a folder holding exactly ``files`` (plus the edgeconv marker listing them).
+
+    The new folder is staged beside ``path`` and swapped in with one ``renameat2(RENAME_EXCHANGE)`` (Linux;
+    elsewhere two renames, which :func:`recover` completes if the process dies between them). A stop
+    signal during the swap is raised after it, and never leaves the output folder absent."""
     check_writable(path)
     parent = path.parent
     try:
@@ -140,32 +243,64 @@ def commit(path: Path, files: Mapping[str, bytes]) -> None:
         staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.staging-{os.getpid()}-", dir=parent))
     except OSError as exc:
         raise OutputError(f"cannot create the output folder {rel(path)}: {exc.strerror}") from None
-    backup: Path | None = None
+    old: Path | None = None
+    swapped = False
     try:
         os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it private; outputs are ordinary folders
         for name, data in files.items():
             (staging / name).parent.mkdir(parents=True, exist_ok=True)  # "explorer/edgetpu.status.json"
             (staging / name).write_bytes(data)
-        (staging / MARKER).write_text("This folder is written by edgeconv and replaced on every build.\n")
+        (staging / MARKER).write_text(marker_text(files))
         _step("staged")
         cancel.check()  # the last moment a cancelled build can still leave the previous output untouched
-        if path.exists():
-            backup = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-{os.getpid()}-", dir=parent))
-            os.rmdir(backup)
-            os.rename(path, backup)
-            _step("old_moved")
-        os.rename(staging, path)
-        _step("new_moved")
+        with cancel.defer():
+            if path.exists() and _exchange(staging, path):
+                old, swapped = staging, True  # the staging folder's name now holds the previous release
+                _step("exchanged")
+            else:
+                if path.exists():
+                    old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-{os.getpid()}-", dir=parent))
+                    os.rmdir(old)
+                    os.rename(path, old)
+                    _step("old_moved")
+                os.rename(staging, path)
+                swapped = True
+            _COMMITTED.append(path)
+            _step("new_moved")
     except BaseException as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        if backup is not None and backup.exists() and not path.exists():
-            os.rename(backup, path)
-        if isinstance(exc, OSError):  # a full disk, a quota, a file system gone read-only: the user's to fix
+        if not swapped:
+            shutil.rmtree(staging, ignore_errors=True)
+            if old is not None and old.exists() and not path.exists():
+                os.rename(old, path)
+        if isinstance(exc, OSError) and not swapped:  # a full disk, a quota, a read-only file system
             raise OutputError(f"cannot write the output folder {rel(path)}: {exc.strerror or exc}; nothing was "
                               "changed (the previous output, if any, is as it was)") from None
         raise
-    if backup is not None:
-        shutil.rmtree(backup, ignore_errors=True)
+    finally:
+        if swapped and old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _exchange(new: Path, current: Path) -> bool:
+    """Swap two folders in one step (``renameat2`` with ``RENAME_EXCHANGE``); False where the system or
+    the file system cannot (then the caller renames twice)."""
+    import ctypes
+    import errno
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):  # a C library without it (glibc before 2.28, musl before 1.2.?)
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(new), at_fdcwd, os.fsencode(current), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(current))
 
 
 def _umask() -> int:

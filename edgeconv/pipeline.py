@@ -39,7 +39,7 @@ from .errors import ConfigError, EdgeconvError, InternalError, ModelError, Outpu
 from .ir import FrozenGraph, TensorSpec
 from .passes import PassResult
 from .passes.graph import canonical
-from .targets import load_target
+from .targets import is_target_file, load_target
 from .targets.checker import TargetResult, check_model
 from .targets.describe import quantization_line
 from .targets.target import Target
@@ -165,6 +165,8 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
     config = pipeline if isinstance(pipeline, PipelineConfig) else load_pipeline(pipeline)
     if repair and not config.repair.enabled:
         config = _with_repair(config)
+    if out is not None or config.output.dir is None:  # output.dir itself was checked with the pipeline
+        output.check_not_a_link(Path(out) if out is not None else config.output_dir)
     out_dir = Path(out).resolve() if out is not None else config.output_dir
     output.recover(out_dir)
     _output_holds_no_input(config, out_dir)
@@ -313,17 +315,13 @@ def _converts_again(config: PipelineConfig, suggest_keep_float: bool, repaired: 
 
 
 def _output_holds_no_input(config: PipelineConfig, out_dir: Path) -> None:
-    """The output folder is replaced on every build: it must never be, or hold, the pipeline file, the
-    model or the data (``output.dir: .`` next to a planted marker would replace the project)."""
+    """The pipeline file, the model, the data and the target files must stay outside the output folder."""
     inputs = [("pipeline file", config.source), ("model", config.model.path)]
     for role, section in (("calibration data", config.calibration), ("evaluation data", config.evaluation)):
         if section is not None and section.path is not None:
             inputs.append((role, section.path))
-    for role, path in inputs:
-        resolved = path.resolve()
-        if resolved == out_dir or out_dir in resolved.parents:
-            raise OutputError(f"output folder {rel(out_dir)} holds the {role} {rel(resolved)}; every build replaces "
-                              "that folder. Choose an output folder of its own (output.dir or --out)")
+    inputs += [("target file", Path(t)) for t in config.targets if is_target_file(t)]
+    output.check_holds_no_input(out_dir, inputs)
 
 
 def _from_cache(config: PipelineConfig, out_dir: Path, targets: list[Target], key: str,

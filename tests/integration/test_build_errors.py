@@ -173,10 +173,10 @@ def test_corrupt_model_file(project: Path, capsys: pytest.CaptureFixture[str]) -
 
 
 def test_a_failed_build_keeps_the_previous_output(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from edgeconv.output import commit
+
     out = project / "build" / "digits"
-    out.mkdir(parents=True)
-    (out / ".edgeconv-output").write_text("")
-    (out / "digits.tflite").write_bytes(b"last release")
+    commit(out, {"digits.tflite": b"last release"})
     before = tree(out)
     _cal(project, image=GOOD[:10])
     code, _ = build(["pipeline.yaml"], capsys)

@@ -102,14 +102,18 @@ OLD = {"model.tflite": b"old release", "report.json": b"{}"}
 NEW = {"model.tflite": b"new release", "report.json": b"{\"new\": 1}", "report.md": b"# new"}
 
 
-@pytest.mark.parametrize(("step", "after"), [
-    ("staged", OLD),  # the new files written beside the output, nothing renamed yet
-    ("old_moved", OLD),  # between the two renames: no output folder until recovery puts the old one back
-    ("new_moved", NEW),  # the new release is in place; only the backup is left to remove
-    ("", NEW),  # not killed
+@pytest.mark.parametrize(("step", "after", "exchange"), [
+    ("staged", OLD, True),  # the new files written beside the output, nothing renamed yet
+    ("exchanged", NEW, True),  # one atomic swap: the new release in place, the old one under the staging name
+    ("new_moved", NEW, True),  # the new release is in place; only the old one is left to remove
+    ("", NEW, True),  # not killed
+    # Where the swap cannot be one step (not Linux, a file system without RENAME_EXCHANGE): two renames.
+    ("staged", OLD, False),
+    ("old_moved", OLD, False),  # between the two renames: no output folder until recovery puts the old one back
+    ("new_moved", NEW, False),
 ])
 def test_a_commit_killed_at_any_step_leaves_the_old_or_the_new_release(tmp_path: Path, step: str,
-                                                                       after: dict[str, bytes]) -> None:
+                                                                       after: dict[str, bytes], exchange: bool) -> None:
     """SIGKILL injected at each step of the commit (EDGECONV_TEST_KILL_AT), then what the next build does
     first (output.recover): a complete release, and no staging or backup folder left (issue 17)."""
     import os
@@ -120,11 +124,14 @@ def test_a_commit_killed_at_any_step_leaves_the_old_or_the_new_release(tmp_path:
 
     out = tmp_path / "build" / "m"
     commit(out, OLD)
-    code = ("import sys; from pathlib import Path; from edgeconv.output import commit; "
-            f"commit(Path(sys.argv[1]), {NEW!r})")
+    code = ("import sys; from pathlib import Path; import edgeconv.output as o; "
+            f"o._exchange = o._exchange if {exchange} else (lambda new, current: False); "
+            f"o.commit(Path(sys.argv[1]), {NEW!r})")
     proc = subprocess.run([sys.executable, "-c", code, str(out)], env={**os.environ, "EDGECONV_TEST_KILL_AT": step},
                           capture_output=True, text=True)
     assert proc.returncode == (-9 if step else 0), proc.stderr
+    if step == "exchanged":
+        assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != MARKER} == NEW  # never absent
     recover(out)
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != MARKER} == after
     assert sorted(p.name for p in out.parent.iterdir()) == ["m"]
@@ -249,3 +256,214 @@ def test_work_folders_of_killed_builds_are_removed_and_live_ones_kept(tmp_path: 
     (tmp_path / f"{WORK_PREFIX}{dead}-file").write_text("a file, not a work folder")
     remove_stale_work_folders(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*names[1:], f"{WORK_PREFIX}{dead}-file"])
+
+
+def _released(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in out.iterdir() if p.name != MARKER}
+
+
+@pytest.mark.parametrize(("step", "after", "said"), [
+    ("staged", OLD, "the previous output is unchanged"),
+    ("exchanged", NEW, "the new output is in place in build/m (written before the stop)"),
+    ("new_moved", NEW, "the new output is in place in build/m (written before the stop)"),
+])
+def test_a_stop_signal_during_the_commit_says_what_it_left(tmp_path: Path, step: str, after: dict[str, bytes],
+                                                           said: str) -> None:
+    """SIGTERM delivered at each step of the commit (as CI's cancel would): the swap is never cut in two,
+    no old release is left beside the new one, exit 143, and the last line says which release is there."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "build" / "m"
+    commit(out, OLD)
+    code = ("import signal, sys; from pathlib import Path; from edgeconv import cli, cancel, output\n"
+            "signal.signal(signal.SIGTERM, cli._terminate)\n"
+            "try:\n"
+            f"    output.commit(Path(sys.argv[1]), {NEW!r}); cancel.check()\n"
+            "except cli.Terminated:\n"
+            "    print('terminated; ' + cli._what_was_written(), file=sys.stderr); sys.exit(143)\n")
+    proc = subprocess.run([sys.executable, "-c", code, "build/m"], env={**os.environ, "EDGECONV_TEST_TERM_AT": step},
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 143, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == f"terminated; {said}"
+    assert _released(out) == after
+    assert sorted(p.name for p in out.parent.iterdir()) == ["m"]
+
+
+def test_the_marker_lists_every_file_with_its_hash(tmp_path: Path) -> None:
+    import hashlib
+    import json
+
+    out = tmp_path / "m"
+    commit(out, {"a.tflite": b"1", "explorer/x.json": b"{}"})
+    listed = json.loads((out / MARKER).read_text())["files"]
+    assert listed == {"a.tflite": hashlib.sha256(b"1").hexdigest(),
+                      "explorer/x.json": hashlib.sha256(b"{}").hexdigest()}
+
+
+def _make_foreign(out: Path, case: str) -> str:
+    """An output folder edgeconv wrote, then changed as ``case`` says; the file name the refusal names."""
+    commit(out, {"m.tflite": b"release", "report.json": b"{}"})
+    if case == "extra_file":
+        (out / "notes.txt").write_text("mine")
+        return "notes.txt"
+    if case == "changed_file":
+        (out / "report.json").write_text('{"edited": 1}')
+        return "report.json"
+    if case == "git_inside":
+        (out / ".git").mkdir()
+        (out / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+        return ".git"
+    if case == "symlink_inside":
+        (out / "link").symlink_to("/etc/hostname")
+        return "link"
+    if case == "nested_extra":
+        (out / "explorer").mkdir()
+        (out / "explorer" / "mine.json").write_text("{}")
+        return "explorer/mine.json"
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", ["extra_file", "changed_file", "git_inside", "symlink_inside", "nested_extra"])
+def test_a_folder_holding_anything_edgeconv_did_not_write_is_never_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "m"
+    name = _make_foreign(out, case)
+    before = tree(tmp_path)
+    with pytest.raises(OutputError) as info:
+        commit(out, {"new.tflite": b"new"})
+    assert str(info.value) == (f"output folder m holds {name!r}, which edgeconv did not write there (or it changed "
+                               "since); every build replaces that folder. Choose another folder (--out) or move that "
+                               "file out")
+    assert tree(tmp_path) == before
+
+
+def test_a_file_edgeconv_wrote_and_someone_removed_is_no_obstacle(tmp_path: Path) -> None:
+    out = tmp_path / "m"
+    commit(out, {"m.tflite": b"release", "report.md": b"# r"})
+    (out / "report.md").unlink()
+    commit(out, {"n.tflite": b"new"})
+    assert _released(out) == {"n.tflite": b"new"}
+
+
+@pytest.mark.parametrize("marker", ["planted", "This folder is written by edgeconv and replaced on every build.\n",
+                                    '{"files": []}', '{"files": {"a": 1}}', "{"])
+def test_a_planted_marker_that_lists_no_files_does_not_make_a_folder_edgeconvs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str) -> None:
+    """``output.dir: ../docs`` next to a marker planted in docs/: the marker lists nothing edgeconv wrote."""
+    monkeypatch.chdir(tmp_path)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "index.md").write_text("precious")
+    (docs / MARKER).write_text(marker)
+    before = tree(tmp_path)
+    with pytest.raises(OutputError) as info:
+        commit(docs, {"m.tflite": b"new"})
+    assert str(info.value) == ("output folder docs exists, is not empty and was not created by edgeconv; choose "
+                               "another folder (--out) or empty it")
+    assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("out", [".git", ".git/refs", "sub/.git"])
+def test_a_git_folder_is_never_an_output_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, out: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".git" / "refs").mkdir(parents=True)
+    (tmp_path / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (tmp_path / ".git" / MARKER).write_text(_marker_for_nothing())
+    before = tree(tmp_path)
+    with pytest.raises(OutputError) as info:
+        commit(tmp_path / out, {"m.tflite": b"new"})
+    assert str(info.value) == (f"output folder {out} is inside a .git folder; every build replaces its output "
+                               "folder. Choose an output folder of its own (output.dir or --out)")
+    assert tree(tmp_path) == before
+
+
+def _marker_for_nothing() -> str:
+    from edgeconv.output import marker_text
+
+    return marker_text({})
+
+
+@pytest.mark.parametrize("dangling", [True, False])
+def test_an_output_folder_that_is_a_symbolic_link_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             dangling: bool) -> None:
+    from edgeconv.output import check_not_a_link
+
+    monkeypatch.chdir(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    if not dangling:
+        elsewhere.mkdir()
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "build").symlink_to(elsewhere)
+    before = tree(tmp_path)
+    with pytest.raises(OutputError) as info:
+        check_not_a_link(Path("repo/build"))
+    assert str(info.value) == (f"output folder repo/build is a symbolic link (-> {elsewhere}); name a real folder "
+                               "(output.dir or --out)")
+    if not dangling:  # a folder below a link to a real folder (build -> /mnt/fast/build) is fine
+        check_not_a_link(Path("repo/build/m"))
+    else:
+        with pytest.raises(OutputError) as below:
+            check_not_a_link(Path("repo/build/m"))
+        assert str(below.value) == (f"output folder repo/build/m is below repo/build, a symbolic link to nothing "
+                                    f"(-> {elsewhere}); name a real folder (output.dir or --out)")
+    assert tree(tmp_path) == before and elsewhere.exists() is not dangling
+
+
+@pytest.mark.parametrize("dangling", [True, False])
+def test_output_dir_that_is_a_symbolic_link_is_a_pipeline_error(tmp_path: Path, dangling: bool) -> None:
+    """Found with the pipeline, before any work: resolving output.dir would follow the link."""
+    from edgeconv import ConfigError, load_pipeline
+
+    elsewhere = tmp_path / "elsewhere"
+    if not dangling:
+        elsewhere.mkdir()
+    (tmp_path / "build").symlink_to(elsewhere)
+    (tmp_path / "m.keras").write_bytes(b"x")
+    (tmp_path / "p.yaml").write_text("version: 1\nmodel: {path: m.keras}\noutput: {dir: build}\n")
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(tmp_path / "p.yaml")
+    assert f"{tmp_path / 'p.yaml'}:3: output.dir: 'build' is a symbolic link (-> {elsewhere}); name a real folder" \
+        in str(info.value).splitlines()
+    assert elsewhere.exists() is not dangling
+
+
+def test_the_default_output_folder_below_a_dangling_link_is_refused(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import edgeconv
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "build").symlink_to(tmp_path / "outside" / "build")
+    (tmp_path / "m.keras").write_bytes(b"x")
+    (tmp_path / "c.npz").write_bytes(b"x")
+    (tmp_path / "p.yaml").write_text("version: 1\nname: m\nmodel: {path: m.keras}\ncalibration: {path: c.npz}\n")
+    with pytest.raises(OutputError) as info:
+        edgeconv.build(tmp_path / "p.yaml")
+    assert str(info.value) == (f"output folder build/m is below build, a symbolic link to nothing (-> "
+                               f"{tmp_path / 'outside' / 'build'}); name a real folder (output.dir or --out)")
+    assert not (tmp_path / "outside").exists()
+
+
+def test_an_output_folder_holding_a_target_file_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    import edgeconv
+
+    from ..conftest import REPO
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    commit(out, {})  # a folder edgeconv wrote (only its marker) ...
+    shutil.copy(REPO / "edgeconv" / "targets" / "data" / "generic-int8.yaml", out / "npu.yaml")  # ... then a target
+    (tmp_path / "m.keras").write_bytes(b"x")
+    (tmp_path / "c.npz").write_bytes(b"x")
+    (tmp_path / "p.yaml").write_text("version: 1\nmodel: {path: m.keras}\ncalibration: {path: c.npz}\n"
+                                     "targets: [out/npu.yaml]\noutput: {dir: out}\n")
+    before = tree(tmp_path)
+    with pytest.raises(OutputError) as info:
+        edgeconv.build(tmp_path / "p.yaml")
+    assert str(info.value) == ("output folder out holds the target file out/npu.yaml; every build replaces that "
+                               "folder. Choose an output folder of its own (output.dir or --out)")
+    assert tree(tmp_path) == before
