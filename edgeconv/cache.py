@@ -30,6 +30,10 @@ from .output import MARKER
 log = logging.getLogger("edgeconv")
 
 FORMAT = 2  # bump when what an entry holds changes (2: the sha256 of every file)
+# Libraries on the path from the data to the bytes that are not toolchain parts of their own (TOOLCHAIN is
+# also what target files' `requires:` names): image decoding, .h5 reading, the protobuf and flatbuffers
+# runtimes that read and write the models, Keras 2 for old SavedModels, ml_dtypes for float16/bfloat16.
+LIBRARIES = ("pillow", "h5py", "protobuf", "flatbuffers", "tf-keras", "ml-dtypes", "scikit-image", "tensorflow-io")
 _PACKAGE = Path(__file__).resolve().parent
 
 
@@ -75,6 +79,7 @@ class BuildCache:
             "output_dir": os.path.relpath(out_dir, base),
             "suggest_keep_float": suggest_keep_float,
             "toolchain": installed_toolchain(),
+            "libraries": library_versions(),
             "edgeconv_sources": path_sha256(_PACKAGE),
             "model": path_sha256(config.model.path),
             "baseline": baseline,
@@ -86,11 +91,13 @@ class BuildCache:
             if data.path is None:
                 return None, f"{section} data comes from a python function"
             inputs[section] = path_sha256(data.path)
-        for name in config.model.custom_modules:
-            found = [p for p in (base / f"{name}.py", base / name) if p.exists()]
-            if not found:
+        modules = [*config.model.custom_modules,
+                   *(ref.partition(":")[0] for ref in config.model.custom_objects.values())]
+        for name in dict.fromkeys(modules):
+            file = _module_file(base, name)
+            if file is None:
                 return None, f"custom module {name!r} is not a file next to the pipeline"
-            inputs[f"module:{name}"] = path_sha256(found[0])
+            inputs[f"module:{name}"] = path_sha256(file)
         for target in config.targets:
             if Path(target).is_file():
                 inputs[f"target:{target}"] = path_sha256(Path(target))
@@ -158,6 +165,26 @@ class BuildCache:
             log.warning("cache: cannot write %s (%s); the build is not cached", self.root, exc.strerror)
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
+
+
+def library_versions() -> dict[str, str]:
+    """The installed version of each of :data:`LIBRARIES` (absent ones left out)."""
+    import importlib.metadata as md
+
+    found = {}
+    for dist in LIBRARIES:
+        try:
+            found[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            continue
+    return found
+
+
+def _module_file(base: Path, name: str) -> Path | None:
+    """A module the pipeline imports (``pkg.layers``), as the file or package folder next to the pipeline
+    it is imported from; None when it is not there (then it comes from somewhere the key cannot see)."""
+    stem = base.joinpath(*name.split("."))
+    return next((p for p in (stem.with_name(stem.name + ".py"), stem) if p.exists()), None)
 
 
 def _inside(name: object) -> bool:

@@ -89,3 +89,46 @@ def test_the_pipeline_is_in_the_key_by_what_it_says(project: Path) -> None:
 
 def test_the_same_inputs_give_the_same_key(project: Path) -> None:
     assert _key(project) == _key(project)
+
+
+@pytest.fixture
+def objects_project(tmp_path: Path) -> Path:
+    np.savez(tmp_path / "cal.npz", x=np.zeros((4, 3), np.float32))
+    (tmp_path / "m.keras").write_bytes(b"model bytes")
+    (tmp_path / "mylayers").mkdir()
+    (tmp_path / "mylayers" / "__init__.py").write_text("")
+    (tmp_path / "mylayers" / "scale.py").write_text("class Scale:\n    factor = 2\n")
+    (tmp_path / "pipeline.yaml").write_text(
+        "version: 1\nmodel: {path: m.keras, custom_objects: {Scale: 'mylayers.scale:Scale'}, trust_code: true}\n"
+        "calibration: {path: cal.npz}\n")
+    return tmp_path
+
+
+def test_a_custom_objects_module_is_in_the_key(objects_project: Path) -> None:
+    """An edited custom layer (x*2 -> x*5) must miss: it was served from the cache with the old bytes."""
+    before = _key(objects_project)
+    (objects_project / "mylayers" / "scale.py").write_text("class Scale:\n    factor = 5\n")
+    assert _key(objects_project) != before
+
+
+def test_a_custom_objects_module_from_elsewhere_is_not_cacheable(objects_project: Path) -> None:
+    shutil.rmtree(objects_project / "mylayers")
+    config = load_pipeline(objects_project / "pipeline.yaml")
+    assert BuildCache(objects_project / "cache").key(config, objects_project / "out", False) == (
+        None, "custom module 'mylayers.scale' is not a file next to the pipeline")
+
+
+@pytest.mark.parametrize("library", sorted(cache_module.LIBRARIES))
+def test_every_library_between_the_data_and_the_bytes_is_in_the_key(project: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    library: str) -> None:
+    before = _key(project)
+    versions = {**cache_module.library_versions(), library: "0.0.0-other"}
+    monkeypatch.setattr(cache_module, "library_versions", lambda: versions)
+    assert _key(project) != before
+
+
+@pytest.mark.parametrize("library", ["pillow", "h5py", "protobuf", "flatbuffers"])
+def test_the_libraries_that_decode_and_write_are_read_from_the_installed_packages(library: str) -> None:
+    import importlib.metadata as md
+
+    assert cache_module.library_versions()[library] == md.version(library)
