@@ -118,7 +118,7 @@ def convert(job_dir: Path, report: IO[str] | None = None) -> int:
     except Exception as exc:  # the converter's errors are many types; all mean "rejected" ...
         if _raised_by_edgeconv(exc):  # ... unless our own code raised it: a bug, said as one (exit 3)
             raise
-        by = "AI Edge Quantizer" if _raised_in(exc, "/ai_edge_quantizer/") else "the TFLite converter"
+        by = "AI Edge Quantizer" if _raised_in(exc, "ai_edge_quantizer") else "the TFLite converter"
         (job_dir / "error.json").write_text(json.dumps({"type": type(exc).__name__, "message": _summary(str(exc)),
                                                         "by": by}))
         return 2
@@ -126,26 +126,38 @@ def convert(job_dir: Path, report: IO[str] | None = None) -> int:
     return 0
 
 
+_CONVERTER_PACKAGES = ("tensorflow", "ai_edge_litert", "ai_edge_quantizer")
+
+
+def _package(tb: Any) -> str:
+    """The top-level package of the code a traceback entry ran: by its module's name, not its file's path
+    (a virtualenv inside a clone named edgeconv puts "/edgeconv/" in every path). A module run with
+    ``python -m`` (this worker) is ``__main__`` by name and itself by its spec."""
+    spec = tb.tb_frame.f_globals.get("__spec__")
+    name = getattr(spec, "name", None) or tb.tb_frame.f_globals.get("__name__") or ""
+    return str(name).partition(".")[0]
+
+
 def _raised_by_edgeconv(exc: BaseException) -> bool:
-    """Whether edgeconv's code, not TensorFlow's converter, raised ``exc``: no TensorFlow frame comes after
+    """Whether edgeconv's code, not TensorFlow's converter, raised ``exc``: no converter frame comes after
     the innermost edgeconv frame of its traceback (numpy or the standard library called from edgeconv
     count as edgeconv)."""
     ours = False
     tb = exc.__traceback__
     while tb is not None:
-        name = tb.tb_frame.f_code.co_filename.replace("\\", "/")
-        if "/edgeconv/" in name:
+        package = _package(tb)
+        if package == "edgeconv":
             ours = True
-        elif "/tensorflow/" in name or "/ai_edge_litert/" in name or "/ai_edge_quantizer/" in name:
+        elif package in _CONVERTER_PACKAGES:
             ours = False
         tb = tb.tb_next
     return ours
 
 
-def _raised_in(exc: BaseException, folder: str) -> bool:
+def _raised_in(exc: BaseException, package: str) -> bool:
     tb = exc.__traceback__
     while tb is not None:
-        if folder in tb.tb_frame.f_code.co_filename.replace("\\", "/"):
+        if _package(tb) == package:
             return True
         tb = tb.tb_next
     return False
