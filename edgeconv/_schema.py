@@ -188,6 +188,11 @@ def _parse_scalar(tp: Any, node: yaml.ScalarNode, key: str, ctx: Ctx, meta: Mapp
                              if isinstance(exc, OSError) else f"not a usable path: {_shorten(text)!r}")
         if meta.get("must_exist") and not exists:
             return ctx.error(node, key, f"file not found: {text!r} (resolved to {path})")
+        from .inputs import not_a_regular_file
+
+        special = not_a_regular_file(path) if exists else None
+        if special:
+            return ctx.error(node, key, f"{_shorten(text)!r} {special}")
         return path
     raise TypeError(f"unsupported config type {tp!r}")  # a bug in a config model
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from .errors import ConfigError, rel
+from .errors import ConfigError, EdgeconvError, rel
 
 
 def compose_file(path: Path) -> yaml.Node:
@@ -15,17 +15,15 @@ def compose_file(path: Path) -> yaml.Node:
 
     Raises ConfigError for a missing/unreadable file or invalid YAML.
     """
+    from .inputs import MAX_TEXT_BYTES, read_bytes
+
     shown = rel(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError([f"{shown}: file not found"]) from None
-    except IsADirectoryError:
-        raise ConfigError([f"{shown}: is a directory, expected a YAML file"]) from None
+        text = read_bytes(path, MAX_TEXT_BYTES, what="YAML file").decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError([f"{shown}: not a UTF-8 text file ({exc.reason})"]) from None
-    except OSError as exc:
-        raise ConfigError([f"{shown}: cannot read: {exc.strerror}"]) from None
+    except EdgeconvError as exc:
+        raise ConfigError([str(exc)]) from None
     if len(text) > MAX_CHARS:
         raise ConfigError([f"{shown}: {len(text):,} characters; a pipeline file may have at most {MAX_CHARS:,}"])
     scanned = _scan(text, shown)

@@ -37,15 +37,18 @@ class RegressionGates:
 
 def load_report(path: str | Path) -> dict[str, Any]:
     """A report.json, or a clear error naming the file."""
+    from .inputs import MAX_REPORT_BYTES, read_bytes
+
     path = Path(path)
     if path.is_dir():
         path = path / "report.json"
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
+    if not path.exists() and not path.is_symlink():
         raise EdgeconvError(f"{rel(path)}: no such report (give a report.json or the output folder holding "
-                            "one)") from None
-    except (OSError, ValueError) as exc:
+                            "one)")
+    raw = read_bytes(path, MAX_REPORT_BYTES, what="report.json")
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
         raise EdgeconvError(f"{rel(path)}: not an edgeconv report ({exc})") from None
     if not isinstance(data, dict) or "tflite" not in data or "targets" not in data:
         raise EdgeconvError(f"{rel(path)}: not an edgeconv report (no tflite or targets section)")

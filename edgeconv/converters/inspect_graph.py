@@ -137,13 +137,17 @@ def check_savedmodel(path: Path) -> None:
     from google.protobuf.message import DecodeError
     from tensorflow.core.protobuf import saved_model_pb2
 
+    from ..inputs import MAX_MODEL_BYTES, read_bytes
+
     shown = rel(path)
     pb = path / "saved_model.pb"
     proto = saved_model_pb2.SavedModel()
+    if not pb.exists():
+        return  # not a SavedModel: the loader says what is wrong, before it runs anything
     try:
-        proto.ParseFromString(pb.read_bytes())
-    except (OSError, DecodeError):
-        return  # not readable as one: the loader says what is wrong, before it runs anything
+        proto.ParseFromString(read_bytes(pb, MAX_MODEL_BYTES, ModelError, "saved_model.pb"))
+    except DecodeError:
+        raise ModelError(f"{rel(pb)}: not a SavedModel protobuf (it does not parse)") from None
     for meta in proto.meta_graphs:
         _check_meta_graph(meta, shown)
 

@@ -33,12 +33,16 @@ def _is_tf1(path: Path) -> bool:
     """A SavedModel without an object graph was written by TF1 (``SavedModelBuilder``)."""
     from tensorflow.core.protobuf import saved_model_pb2
 
+    from ..inputs import MAX_MODEL_BYTES, read_bytes
+
     proto = saved_model_pb2.SavedModel()
     pb = path / "saved_model.pb"
     if not pb.exists():
         return False
     try:
-        proto.ParseFromString(pb.read_bytes())
+        proto.ParseFromString(read_bytes(pb, MAX_MODEL_BYTES, ModelError, "saved_model.pb"))
+    except ModelError:
+        raise
     except Exception:  # a broken file: let the loader report it
         return False
     return all(not m.object_graph_def.nodes for m in proto.meta_graphs)

@@ -240,17 +240,11 @@ class TFLiteModel:
 
 def read_tflite(path: str | Path) -> TFLiteModel:
     """Read a .tflite file; raise ModelFileError when it is not a usable TFLite model."""
+    from ..inputs import MAX_MODEL_BYTES, read_bytes
+
     path = Path(path)
-    shown = rel(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise ModelFileError(f"{shown}: file not found") from None
-    except IsADirectoryError:
-        raise ModelFileError(f"{shown}: is a directory, expected a .tflite file") from None
-    except OSError as exc:
-        raise ModelFileError(f"{shown}: cannot read: {exc.strerror}") from None
-    return parse_tflite(data, shown)
+    data = read_bytes(path, MAX_MODEL_BYTES, ModelFileError, ".tflite file")
+    return parse_tflite(data, rel(path))
 
 
 def parse_tflite(data: bytes, shown: str = "<bytes>") -> TFLiteModel:
@@ -350,7 +344,13 @@ def _subgraph(model: Any, s: int, opcodes: list[tuple[str, int, str | None]], bu
         quant = None
         if q is not None and q.ScaleLength():
             zps = _ints(q.ZeroPointLength(), q.ZeroPointAsNumpy)
-            quant = Quantization(tuple(float(v) for v in q.ScaleAsNumpy()), zps, int(q.QuantizedDimension()))
+            scales = tuple(float(v) for v in q.ScaleAsNumpy())
+            axis = int(q.QuantizedDimension())
+            # TFLite's InterpreterBuilder refuses it (ParseQuantization); every rule may read zero_point[i].
+            bad.require(len(zps) == len(scales), f"tensor {t} of subgraph {s} ({_text(tensor.Name())!r}) has "
+                        f"{len(scales)} scale(s) and {len(zps)} zero point(s); TFLite loads only a model whose "
+                        "quantized tensors have as many of each")
+            quant = Quantization(scales, zps, axis)
         tensors.append(TensorInfo(t, _text(tensor.Name()), codes.types[code], shape, signature, quant,
                                   buf, buffer_sizes[buf], bool(tensor.IsVariable())))
     n = len(tensors)

@@ -137,7 +137,7 @@ class NpyDirSource(Source):
     def open(self, cfg: DataConfig, inputs: Sequence[TensorSpec], base_dir: Path) -> Reader:
         assert cfg.path is not None
         shown = rel(cfg.path) + "/"
-        paths = sorted(cfg.path.glob("*.npy"))
+        paths = sorted(p for p in cfg.path.glob("*.npy") if p.is_file())  # a FIFO or device: skipped
         if not paths:
             raise DataError(f"{shown}: holds no .npy files")
         rows, files = {}, []

@@ -125,7 +125,7 @@ class CsvSource(Source):
 
     def open(self, cfg: DataConfig, inputs: Sequence[TensorSpec], base_dir: Path) -> Reader:
         assert cfg.path is not None
-        paths = sorted(cfg.path.glob("*.csv")) if cfg.path.is_dir() else [cfg.path]
+        paths = sorted(p for p in cfg.path.glob("*.csv") if p.is_file()) if cfg.path.is_dir() else [cfg.path]
         location = rel(cfg.path) + ("/" if cfg.path.is_dir() else "")
         if not paths:
             raise DataError(f"{location}: holds no .csv files")

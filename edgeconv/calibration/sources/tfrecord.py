@@ -153,7 +153,7 @@ class TFRecordSource(Source):
     def open(self, cfg: DataConfig, inputs: Sequence[TensorSpec], base_dir: Path) -> Reader:
         assert cfg.path is not None
         if cfg.path.is_dir():
-            paths = sorted(p for p in cfg.path.iterdir() if p.suffix.lower() in SUFFIXES)
+            paths = sorted(p for p in cfg.path.iterdir() if p.suffix.lower() in SUFFIXES and p.is_file())
             location = rel(cfg.path) + "/"
         else:
             paths, location = [cfg.path], rel(cfg.path)

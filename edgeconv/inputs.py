@@ -1,0 +1,76 @@
+"""Reading an input file a pull request may have planted: a regular file of bounded size, or a clear error.
+
+A FIFO named as the model would block the read forever, a link to ``/dev/zero`` would be read until the
+kernel ends the process, a socket or device is nothing edgeconv can read. Every input (the pipeline and
+target files, the model, the data, reports) is opened without blocking, and its descriptor, not its name,
+is checked: a regular file, at most ``limit`` bytes. Links are followed to what they name, and that is
+what is checked.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from .errors import EdgeconvError, rel
+
+MIB = 1 << 20
+MAX_MODEL_BYTES = 2048 * MIB  # FlatBuffers and protobuf cap a .tflite and a GraphDef at 2 GiB
+MAX_REPORT_BYTES = 64 * MIB  # a report of a model with 10,000 ops is a few MB
+MAX_TEXT_BYTES = 4 * MIB  # a pipeline or target file (their YAML reader takes at most 1,000,000 characters)
+
+
+def special_kind(mode: int) -> str | None:
+    """What a file that is neither a regular file nor a folder is ("a FIFO", ...), or None."""
+    for test, word in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return word
+    return None
+
+
+def not_a_regular_file(path: Path) -> str | None:
+    """Why ``path`` (a link followed) cannot be read as an input, or None: a FIFO, a device or a socket.
+    A missing path, a folder or a regular file: None (the callers say what they expect)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    kind = special_kind(mode)
+    return f"is {kind}, not a regular file" if kind else None
+
+
+def read_bytes(path: Path, limit: int, error: type[EdgeconvError] = EdgeconvError, what: str = "file") -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them; ``error`` otherwise, naming the file."""
+    shown = rel(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise error(f"{shown}: file not found") from None
+    except IsADirectoryError:
+        raise error(f"{shown}: is a directory, expected a {what}") from None
+    except OSError as exc:
+        special = not_a_regular_file(path)  # a socket cannot even be opened (ENXIO)
+        if special:
+            raise error(f"{shown}: {special}; expected a {what}") from None
+        raise error(f"{shown}: cannot read: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise error(f"{shown}: is a directory, expected a {what}")
+        if not stat.S_ISREG(st.st_mode):
+            kind = special_kind(st.st_mode) or "not a regular file"
+            raise error(f"{shown}: is {kind}, not a regular file; expected a {what}")
+        if st.st_size > limit:
+            raise error(f"{shown}: {st.st_size:,} bytes; a {what} may have at most {limit:,}")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise error(f"{shown}: cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:  # it grew while being read
+        raise error(f"{shown}: more than {limit:,} bytes; a {what} may have at most {limit:,}")
+    return data
