@@ -8,6 +8,7 @@ regression gates a release can fail on.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections import Counter
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import EdgeconvError, rel
+from .schema_check import first_problem
 
 NOT_SUPPORTED = ("cpu_fallback", "unsupported")
 
@@ -52,41 +54,26 @@ def load_report(path: str | Path) -> dict[str, Any]:
         raise EdgeconvError(f"{rel(path)}: not an edgeconv report ({exc})") from None
     if not isinstance(data, dict) or "tflite" not in data or "targets" not in data:
         raise EdgeconvError(f"{rel(path)}: not an edgeconv report (no tflite or targets section)")
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise EdgeconvError(f"{rel(path)}: report schema_version {data.get('schema_version')!r} is not one this "
+    version = data.get("schema_version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise EdgeconvError(f"{rel(path)}: not a valid edgeconv report: $.schema_version: expected a positive "
+                            f"integer, got {version!r}")
+    if version != SCHEMA_VERSION:
+        raise EdgeconvError(f"{rel(path)}: report schema_version {version!r} is not one this "
                             f"edgeconv reads ({SCHEMA_VERSION}); compare reports of the same edgeconv release")
-    problem = _shape_problem(data)
+    problem = first_problem(data, _report_schema())
     if problem:
         raise EdgeconvError(f"{rel(path)}: not a valid edgeconv report: {problem}")
     return data
 
 
+@functools.cache
+def _report_schema() -> dict[str, Any]:
+    """The generated report schema (edgeconv/schemas/report.schema.json, as report.SCHEMA_PATH)."""
+    return dict(json.loads((Path(__file__).parent / "schemas" / "report.schema.json").read_text()))
+
+
 SCHEMA_VERSION = 1  # report.REPORT_SCHEMA_VERSION (not imported: diff stays free of the report module)
-
-
-def _shape_problem(data: Mapping[str, Any]) -> str | None:
-    """The first part of a report that ``diff`` reads and that is missing or of the wrong type."""
-    tfl = data.get("tflite")
-    if not isinstance(tfl, dict):
-        return "tflite is not a mapping"
-    for key, kind in (("op_types", dict), ("sha256", str), ("bytes", int)):
-        if not isinstance(tfl.get(key), kind):
-            return f"tflite.{key} is missing or not a {kind.__name__}"
-    if not isinstance(data.get("gate"), dict) or data["gate"].get("verdict") not in ("pass", "fail"):
-        return "gate.verdict is missing or not pass/fail"
-    targets = data.get("targets")
-    if not isinstance(targets, list):
-        return "targets is not a list"
-    for i, t in enumerate(targets):
-        if not isinstance(t, dict) or not isinstance(t.get("name"), str) or not isinstance(t.get("counts"), dict) \
-                or not isinstance(t.get("ops"), list) or not all(isinstance(op, dict) for op in t["ops"]):
-            return f"targets[{i}] lacks name, counts or ops"
-        if not all(isinstance(t["counts"].get(k), int) for k in ("supported", "cpu_fallback", "unsupported")):
-            return f"targets[{i}].counts lacks supported, cpu_fallback or unsupported"
-    for key in ("memory", "parity"):
-        if data.get(key) is not None and not isinstance(data[key], dict):
-            return f"{key} is not a mapping"
-    return None
 
 
 def _not_supported(target: Mapping[str, Any]) -> dict[str, Counter[str]]:
@@ -139,15 +126,22 @@ def diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
         out["targets"].append(entry)
     out["targets_removed"] = sorted(set(old_targets) - {t["name"] for t in new["targets"]})
     out["warnings"] = _warnings(old, new, out)
-    acc_old, acc_new = ((r.get("parity") or {}).get("accuracy") for r in (old, new))
-    if acc_old and acc_new:
-        out["accuracy"] = _delta(acc_old["built"], acc_new["built"])
+    # The schema leaves parity.accuracy open (one share per model compared) and a parity pair optional: read
+    # only what is there and has the type a share has.
+    acc_old, acc_new = (_share((r.get("parity") or {}).get("accuracy"), "built") for r in (old, new))
+    if acc_old is not None and acc_new is not None:
+        out["accuracy"] = _delta(acc_old, acc_new)
     parity_old, parity_new = ((r.get("parity") or {}).get("outputs", {}) for r in (old, new))
     for name, per in parity_new.items():
-        if name in parity_old:
+        if "built" in per and "built" in parity_old.get(name, {}):
             out["parity"][name] = {key: _delta(parity_old[name]["built"][key], per["built"][key])
                                    for key in ("sqnr_db", "top1_agreement", "max_abs_error")}
     return out
+
+
+def _share(section: Any, key: str) -> float | None:
+    value = section.get(key) if isinstance(section, Mapping) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _signature(report: Mapping[str, Any], side: str) -> list[tuple[str, tuple[int, ...], str]]:

@@ -12,14 +12,11 @@ import pytest
 
 from edgeconv.cli import main
 
-GOOD: dict[str, Any] = {
-    "schema_version": 1, "name": "m",
-    "tflite": {"op_types": {"CONV_2D": 1}, "sha256": "a" * 64, "bytes": 100},
-    "gate": {"verdict": "pass", "reasons": [], "checks": []},
-    "targets": [{"name": "arm-neon", "verdict": "pass", "counts": {"supported": 1, "cpu_fallback": 0,
-                                                                    "unsupported": 0}, "ops": []}],
-    "memory": None, "parity": None,
-}
+from ..conftest import REPO
+
+# A real report (the shipped example, built by this edgeconv), as one build: named m, checked on arm-neon.
+REAL: dict[str, Any] = json.loads((REPO / "tests" / "data" / "reports" / "digits.report.json").read_text())
+GOOD: dict[str, Any] = {**REAL, "name": "m", "targets": [t for t in REAL["targets"] if t["name"] == "arm-neon"]}
 
 
 def _set(report: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
@@ -38,13 +35,21 @@ def _set(report: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(("path", "value", "problem"), [
     ("schema_version", 99, "report schema_version 99 is not one this edgeconv reads (1); compare reports of the "
                            "same edgeconv release"),
-    ("tflite.op_types", KeyError, "not a valid edgeconv report: tflite.op_types is missing or not a dict"),
-    ("tflite.bytes", "100", "not a valid edgeconv report: tflite.bytes is missing or not a int"),
-    ("gate", KeyError, "not a valid edgeconv report: gate.verdict is missing or not pass/fail"),
-    ("targets.0.ops", None, "not a valid edgeconv report: targets[0] lacks name, counts or ops"),
-    ("memory", [], "not a valid edgeconv report: memory is not a mapping"),
-    ("targets.0.counts", {"supported": 1}, "not a valid edgeconv report: targets[0].counts lacks supported, "
-                                           "cpu_fallback or unsupported"),
+    ("schema_version", True, "not a valid edgeconv report: $.schema_version: expected a positive integer, got True"),
+    ("schema_version", 0, "not a valid edgeconv report: $.schema_version: expected a positive integer, got 0"),
+    ("schema_version", "1", "not a valid edgeconv report: $.schema_version: expected a positive integer, got '1'"),
+    ("tflite.op_types", KeyError, "not a valid edgeconv report: $.tflite: missing 'op_types'"),
+    ("tflite.bytes", "100", "not a valid edgeconv report: $.tflite.bytes: expected an integer, got a string"),
+    ("tflite.inputs", None, "not a valid edgeconv report: $.tflite.inputs: expected an array, got null"),
+    ("gate", KeyError, "not a valid edgeconv report: $: missing 'gate'"),
+    ("gate.checks", {}, "not a valid edgeconv report: $.gate.checks: expected an array, got an object"),
+    ("targets.0.ops", None, "not a valid edgeconv report: $.targets[0].ops: expected an array, got null"),
+    ("memory", [], "not a valid edgeconv report: $.memory: expected an object, got an array"),
+    ("memory.arena_bytes", "10800", "not a valid edgeconv report: $.memory.arena_bytes: expected an integer, "
+                                    "got a string"),
+    ("parity.outputs", [], "not a valid edgeconv report: $.parity.outputs: expected an object, got an array"),
+    ("targets.0.counts", {"supported": 1}, "not a valid edgeconv report: $.targets[0].counts: missing "
+                                           "'cpu_fallback'"),
 ])
 def test_a_bad_report_is_exit_2_naming_the_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str], path: str,
                                                    value: Any, problem: str) -> None:
@@ -68,9 +73,7 @@ def _diff(tmp_path: Path, old: dict[str, Any], new: dict[str, Any], *extra: str)
     return main(["diff", str(tmp_path / "old.json"), str(tmp_path / "new.json"), *extra])
 
 
-IO = {"inputs": [{"name": "serving_default_image:0", "signature_name": "image", "shape": [1, 8, 8, 1],
-                  "dtype": "int8"}],
-      "outputs": [{"name": "Identity", "signature_name": "digit", "shape": [1, 10], "dtype": "int8"}]}
+IO = {"inputs": [{**REAL["tflite"]["inputs"][0], "shape": [1, 8, 8, 1]}], "outputs": REAL["tflite"]["outputs"]}
 
 
 @pytest.mark.parametrize(("change", "warning"), [
@@ -114,8 +117,9 @@ def test_a_target_no_longer_checked_keeps_its_row(tmp_path: Path, capsys: pytest
 def test_an_accuracy_change_is_in_points(tmp_path: Path, capsys: pytest.CaptureFixture[str], old_acc: float,
                                          new_acc: float, limit: str, code: int, line: str) -> None:
     def with_accuracy(value: float) -> dict[str, Any]:
-        return {**GOOD, "parity": {"samples": 1, "outputs": {}, "accuracy": {"output": "digit", "source": 0.99,
-                                                                            "built": value, "drop": {}}}}
+        parity = copy.deepcopy(GOOD["parity"])
+        parity["accuracy"].update(source=0.99, built=value)
+        return {**GOOD, "parity": parity}
 
     got = _diff(tmp_path, with_accuracy(old_acc), with_accuracy(new_acc), "--max-accuracy-regression", limit)
     assert got == code

@@ -4,8 +4,15 @@ exception (exit 3, a traceback). Fixed seeds: the same cases on every run."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import json
+import os
 import random
+import signal
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,9 +26,13 @@ from ..conftest import REPO
 DATA = REPO / "tests" / "data"
 # The seed corpus: the committed small models (every fixture and single-op model, a few KB each).
 SEEDS = sorted([*DATA.glob("*.tflite"), *(DATA / "ops").glob("*.tflite")])
-TFLITE_CASES = 2400  # through every rule-checked target: about 5 ms a case
-COMPILED_CASES = 60  # through the targets whose real compiler (Vela) runs: up to 1.5 s a case
-YAML_CASES = 1500
+# EDGECONV_FUZZ_SCALE=N runs N times as many cases (the README's longer run); 1 in CI.
+SCALE = max(1, int(os.environ.get("EDGECONV_FUZZ_SCALE", "1")))
+TFLITE_CASES = 2400 * SCALE  # through every rule-checked target: about 5 ms a case
+COMPILED_CASES = 60 * SCALE  # through the targets whose real compiler (Vela) runs: up to 1.5 s a case
+YAML_CASES = 1500 * SCALE
+ALIAS_CASES = 600 * SCALE
+CASE_SECONDS = 2.0  # per case: a hang is a failure, not a stuck suite
 BOUNDARY_WORDS = [b"\xff\xff\xff\xff", b"\x00\x00\x00\x00", b"\xff\xff\xff\x7f", b"\x01\x00\x00\x00"]
 YAML_ALPHABET = list(":{}[]-,#&*!|>'\"\n\t 0123456789abcxyz\\%@`é") + ["\x00", "\ud800"]
 
@@ -161,3 +172,120 @@ def test_hostile_yaml_shapes_are_refused_with_one_line(tmp_path: Path, monkeypat
     with pytest.raises(EdgeconvError) as info:
         load_pipeline(tmp_path / "p.yaml")
     assert message in str(info.value).splitlines()
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Fail the case (TimeoutError) when it runs longer than ``seconds``: a hang must not stall the suite."""
+    def expired(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"a case ran longer than {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+ALIAS_TOKENS = ["&a ", "*a", "&b ", "*b", "[*a, *a, *a, *a]", "&a [*a]", "{k: *a}", "<<: *a", "&a\n", "*a\n  - *a"]
+
+
+def _mutate_aliases(text: str, rng: random.Random) -> str:
+    """Anchors and aliases dropped into the file: cycles, forward references, bombs, merge keys."""
+    chars = list(text)
+    for _ in range(rng.randint(1, 6)):
+        i = rng.randrange(len(chars) or 1)
+        chars[i:i] = rng.choice(ALIAS_TOKENS)
+    return "".join(chars)
+
+
+@pytest.mark.parametrize("shard", range(2))
+def test_pipeline_files_with_anchors_and_aliases_validate_or_are_refused_in_time(tmp_path: Path, shard: int) -> None:
+    base = (REPO / "pipeline.yaml").read_text().replace("examples/", f"{REPO}/examples/")
+    rng = random.Random(200 + shard)
+    path = tmp_path / "pipeline.yaml"
+    for _ in range(ALIAS_CASES // 2):
+        path.write_text(_mutate_aliases(base, rng))
+        with deadline(CASE_SECONDS):
+            try:
+                load_pipeline(path)
+            except EdgeconvError as exc:
+                assert str(exc).strip()
+
+
+REPORT = json.loads((DATA / "reports" / "digits.report.json").read_text())
+REPORT_VALUES: list[Any] = [None, True, 0, -1, 1.5, "", "x", [], {}, [{}], {"a": [1]}, 10**30]
+
+
+def _report_paths(node: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    if path:
+        yield path
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else []
+    for key, value in items:
+        yield from _report_paths(value, (*path, key))
+
+
+def _report_mutants() -> Iterator[tuple[str, Any]]:
+    """Systematic: every field of a real report replaced by each kind of JSON value, deleted, or given an
+    unknown neighbour; then deep nesting. About 2,000 cases."""
+    paths = list(_report_paths(REPORT))
+    rng = random.Random(7)
+    for path in paths:
+        for value in [*rng.sample(REPORT_VALUES, 3), KeyError]:
+            mutant = copy.deepcopy(REPORT)
+            parent = mutant
+            for key in path[:-1]:
+                parent = parent[key]
+            if value is KeyError:
+                if isinstance(parent, dict):
+                    del parent[path[-1]]
+                else:
+                    parent.append(copy.deepcopy(parent[path[-1]]))
+            else:
+                parent[path[-1]] = value
+            yield ".".join(map(str, path)), mutant
+    deep: Any = 1
+    for _ in range(200):
+        deep = [deep]
+    yield "deep", {**REPORT, "memory": deep}
+
+
+MUTANTS = list(_report_mutants())
+
+
+@pytest.mark.parametrize("shard", range(4))
+def test_mutated_reports_are_compared_or_refused_never_crash(tmp_path: Path, shard: int,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from edgeconv.cli import main
+
+    (tmp_path / "old.json").write_text(json.dumps(REPORT))
+    codes: dict[int, int] = {}
+    for name, mutant in MUTANTS[shard::4]:
+        (tmp_path / "new.json").write_text(json.dumps(mutant))
+        with deadline(CASE_SECONDS):
+            code = main(["diff", str(tmp_path / "old.json"), str(tmp_path / "new.json")])
+        err = capsys.readouterr().err
+        assert code in (0, 1, 2), (name, err)
+        assert "internal error" not in err and "Traceback" not in err, name
+        codes[code] = codes.get(code, 0) + 1
+    assert codes.get(2, 0) > 0 and codes.get(0, 0) + codes.get(1, 0) > 0  # some refused, some compared
+
+
+@pytest.mark.parametrize("depth", [63, 64, 100_000])
+def test_a_deeply_nested_report_is_refused_with_its_path(tmp_path: Path, depth: int,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from edgeconv.cli import main
+
+    text = json.dumps(REPORT)[:-1] + ', "extra": ' + "[" * depth + "]" * depth + "}"
+    (tmp_path / "r.json").write_text(text)
+    code = main(["diff", str(tmp_path / "r.json"), str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    if depth == 63:  # the report's own level plus 63 lists: 64 levels, at the bound
+        assert code == 0, err
+    else:
+        assert code == 2
+        assert err.startswith(f"edgeconv: error: {tmp_path / 'r.json'}: ")
+        assert ("$.extra" + "[0]" * 63 + ": nested more than 64 levels deep" in err if depth == 64
+                else "not an edgeconv report (maximum recursion depth exceeded" in err)
