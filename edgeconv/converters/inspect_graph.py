@@ -147,7 +147,7 @@ def check_savedmodel(path: Path) -> None:
     try:
         proto.ParseFromString(read_bytes(pb, MAX_MODEL_BYTES, ModelError, "saved_model.pb"))
     except DecodeError:
-        raise ModelError(f"{rel(pb)}: not a SavedModel protobuf (it does not parse)") from None
+        return  # TensorFlow's loaders cannot parse it either: they say so, before running any of it
     for meta in proto.meta_graphs:
         _check_meta_graph(meta, shown)
 

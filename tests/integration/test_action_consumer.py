@@ -139,6 +139,11 @@ def consumer(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     # The digits model's RESHAPE runs on TFLM's reference kernel: a cpu_fallback this gate refuses.
     (workspace / "pipelines" / "digits strict.yaml").write_text(
         base.format(name="digits-strict") + "gates:\n  max_cpu_fallback_ops: {tflm-cmsis-nn: 0}\n")
+    # A hostile pull request: modules named as the standard library's and edgeconv's dependencies, which
+    # any Python run with the workspace on its path would import. None may run (the probe stays absent).
+    probe = root / "probe"
+    for name in ("json", "shlex", "re", "platform", "hashlib", "numpy", "yaml", "sitecustomize", "typing"):
+        (workspace / f"{name}.py").write_text(f"open({str(probe)!r}, 'a').write(__name__ + '\\n')\n")
     subprocess.run(["git", "init", "-q", str(workspace)], check=True)
     # setup-python's part: a Python environment of the runner's own, where the install step installs.
     # It sees the packages this test environment has, so pip downloads only what is missing.
@@ -153,7 +158,11 @@ def consumer(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     code, out, err = runner.run({"pipelines": 'pipelines/digits.yaml "pipelines/digits strict.yaml"',
                                  "args": "--no-cache"})
     return {"runner": runner, "code": code, "out": out, "err": err, "workspace": workspace, "venv": venv,
-            "action_path": action_path, "before": before}
+            "action_path": action_path, "before": before, "probe": probe}
+
+
+def test_no_step_ran_code_from_the_hostile_workspace(consumer: dict[str, Any]) -> None:
+    assert not consumer["probe"].exists(), consumer["probe"].read_text()
 
 
 def test_the_action_installs_edgeconv_from_its_own_checkout(consumer: dict[str, Any]) -> None:
@@ -197,7 +206,8 @@ def test_the_action_writes_nothing_into_its_own_checkout(consumer: dict[str, Any
         return {k: v for k, v in files.items() if not k.startswith("build/") and ".egg-info/" not in k}
 
     assert ours(tree(consumer["action_path"])) == ours(consumer["before"])
-    assert sorted(p.name for p in consumer["workspace"].iterdir()) == [".git", "build", "models", "pipelines"]
+    assert sorted(p.name for p in consumer["workspace"].iterdir() if p.suffix != ".py") == [
+        ".git", "build", "models", "pipelines"]
 
 
 def test_pre_commit_try_repo_checks_every_pipeline_layout(tmp_path: Path) -> None:

@@ -114,7 +114,9 @@ def run_action_build(cwd: Path, tmp: Path, pipelines: str) -> tuple[subprocess.C
                           capture_output=True, text=True)
     text = output.read_text()
     values = dict(re.findall(r"^([\w-]+)=(.*)$", text, re.M))
-    values["reports"] = text.split("reports<<EDGECONV_EOF\n")[1].split("EDGECONV_EOF")[0].strip()
+    delimiter = re.search(r"^reports<<(EDGECONV_[0-9a-f]{32})$", text, re.M)  # random each run
+    assert delimiter is not None, text
+    values["reports"] = text.split(f"reports<<{delimiter[1]}\n")[1].split(delimiter[1])[0].strip()
     return done, values
 
 

@@ -36,7 +36,10 @@ def test_two_builds_in_fresh_processes_give_identical_bytes(tmp_path: Path) -> N
                              "explorer/tflm-cmsis-nn.why.json", "golden.npz", "pipeline.resolved.yaml",
                              "report.json", "report.md"]
     differ = [name for name in first if first[name] != second[name]]
-    assert set(differ) <= {"report.json"}  # its timestamp and stage times, and nothing else:
+    # The marker lists every file's sha256: it differs in report.json's, and nothing else.
+    markers = [json.loads(files[".edgeconv-output"])["files"] for files in (first, second)]
+    assert markers[0].pop("report.json") != markers[1].pop("report.json") and markers[0] == markers[1]
+    assert set(differ) <= {"report.json", ".edgeconv-output"}  # its timestamp and stage times, and nothing else:
     one, two = (json.loads(files["report.json"]) for files in (first, second))
     for report in (one, two):
         report.pop("created")

@@ -78,7 +78,8 @@ def test_diff_q_prints_only_the_regressions(tmp_path: Path) -> None:
 
     old, new = tmp_path / "old.json", tmp_path / "new.json"
     old.write_text(json.dumps(GOOD))
-    new.write_text(json.dumps({**GOOD, "tflite": {**GOOD["tflite"], "sha256": "b" * 64, "bytes": 130}}))
+    grown = GOOD["tflite"]["bytes"] * 13 // 10  # 30 % larger
+    new.write_text(json.dumps({**GOOD, "tflite": {**GOOD["tflite"], "sha256": "b" * 64, "bytes": grown}}))
     loose = run_edgeconv("diff", "-q", old, new)
     assert (loose.returncode, loose.stdout, loose.stderr) == (0, "", "")
     strict = run_edgeconv("diff", "-q", old, new, "--max-size-growth", "0.1")
