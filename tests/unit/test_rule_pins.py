@@ -14,7 +14,7 @@ from edgeconv.targets import builtin_target_names, load_target
 from ..conftest import REPO
 
 sys.path.insert(0, str(REPO / "scripts"))
-from pin_rules import OUT, pinned_lines  # noqa: E402
+from pin_rules import OUT, pinned_lines
 
 
 def test_every_built_in_target_has_its_pins() -> None:
