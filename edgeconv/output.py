@@ -135,6 +135,16 @@ def _listed(path: Path) -> dict[str, str] | None:
     return files
 
 
+LEGACY_MARKER = "This folder is written by edgeconv and replaced on every build.\n"  # before the file list
+
+
+def _legacy_marker(path: Path) -> bool:
+    try:
+        return (path / MARKER).read_text(encoding="utf-8") == LEGACY_MARKER
+    except (OSError, ValueError):
+        return False
+
+
 def foreign_file(path: Path) -> str | None:
     """What in the existing folder ``path`` edgeconv did not write there ('' for "no valid marker"), or None
     when the folder holds only files its marker lists, unchanged (a file may be missing: removing it lost
@@ -201,6 +211,10 @@ def check_writable(path: Path) -> None:
         raise OutputError(f"output folder {rel(path)} exists and is not a folder")
     if path.is_dir() and any(path.iterdir()):
         foreign = foreign_file(path)
+        if foreign == "" and _legacy_marker(path):
+            raise OutputError(f"output folder {rel(path)} was written by an older edgeconv, whose marker does not "
+                              "list the files it wrote, so nothing shows that only edgeconv's files are in it; look "
+                              "at it, remove it, and build again")
         if foreign == "":
             raise OutputError(f"output folder {rel(path)} exists, is not empty and was not created by edgeconv; "
                               "choose another folder (--out) or empty it")

@@ -348,8 +348,25 @@ def test_a_file_edgeconv_wrote_and_someone_removed_is_no_obstacle(tmp_path: Path
     assert _released(out) == {"n.tflite": b"new"}
 
 
-@pytest.mark.parametrize("marker", ["planted", "This folder is written by edgeconv and replaced on every build.\n",
-                                    '{"files": []}', '{"files": {"a": 1}}', "{"])
+def test_a_folder_an_older_edgeconv_wrote_is_refused_with_what_to_do(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its marker lists no files: safe to refuse (a planted one looks the same), and said precisely."""
+    from edgeconv.output import LEGACY_MARKER
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / MARKER).write_text(LEGACY_MARKER)
+    (tmp_path / "m" / "m.tflite").write_bytes(b"old release")
+    before = tree(tmp_path)
+    with pytest.raises(OutputError) as info:
+        commit(tmp_path / "m", {"m.tflite": b"new"})
+    assert str(info.value) == ("output folder m was written by an older edgeconv, whose marker does not list the "
+                               "files it wrote, so nothing shows that only edgeconv's files are in it; look at it, "
+                               "remove it, and build again")
+    assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("marker", ["planted", '{"files": []}', '{"files": {"a": 1}}', "{"])
 def test_a_planted_marker_that_lists_no_files_does_not_make_a_folder_edgeconvs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, marker: str) -> None:
     """``output.dir: ../docs`` next to a marker planted in docs/: the marker lists nothing edgeconv wrote."""
