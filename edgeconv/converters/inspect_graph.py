@@ -101,20 +101,29 @@ def _called(node: Any) -> Iterator[str]:
         yield from (f.name for f in attr.list.func)
 
 
-def refusals(nodes: Iterable[Any], functions: Mapping[str, Any]) -> list[str]:
-    """Every node of ``nodes`` and of the functions they call (and those call) that may not run."""
+def refusals(nodes: Iterable[Any], functions: Mapping[str, Any], *, restore: bool = False) -> list[str]:
+    """Every node of ``nodes`` and of the functions they call (and those call) that may not run. With
+    ``restore`` (what the loader runs to restore variables), a restore op inside a function may read the
+    checkpoint its caller names (a function argument), and nothing else."""
     found: list[str] = []
-    todo = [(n, str(n.name)) for n in nodes]
+    todo: list[tuple[Any, str, frozenset[str] | None]] = [(n, str(n.name), None) for n in nodes]
     seen: set[str] = set()
     while todo:
-        node, where = todo.pop()
-        problem = _refusal(node, where)
+        node, where, args = todo.pop()
+        if restore and args is not None and node.op in RESTORE_OPS:
+            prefix = node.input[0].split(":")[0].lstrip("^") if node.input else ""
+            problem = None if prefix in args else f"{node.op} {where!r} reads {prefix!r}, not the checkpoint " \
+                                                  "the loader names"
+        else:
+            problem = _refusal(node, where)
         if problem:
             found.append(problem)
         for name in _called(node):
             if name in functions and name not in seen:
                 seen.add(name)
-                todo.extend((n, f"{name}/{n.name}") for n in functions[name].node_def)
+                function = functions[name]
+                names = frozenset(a.name for a in function.signature.input_arg)
+                todo.extend((n, f"{name}/{n.name}", names) for n in function.node_def)
     return sorted(found)
 
 
@@ -168,6 +177,63 @@ def _check_meta_graph(meta: Any, shown: str) -> None:
     outputs = [t.name for sig in meta.signature_def.values() for t in sig.outputs.values()]
     roots = _reachable(outputs, nodes) if meta.signature_def else list(nodes.values())
     _raise(shown, refusals(roots, functions), "the SavedModel's signatures need ops edgeconv does not run")
+    _raise(shown, _restore_refusals(meta, nodes, functions), "the SavedModel restores its variables with ops "
+           "edgeconv does not run")
+
+
+RESTORE_OPS = frozenset({"RestoreV2", "Restore", "RestoreSlice"})  # read the checkpoint the loader names
+
+
+def _restore_refusals(meta: Any, nodes: Mapping[str, Any], functions: Mapping[str, Any]) -> list[str]:
+    """What the loader runs to restore the variables: the TF1 saver's restore op (its restore ops must read
+    the checkpoint file the loader feeds, ``saver_def.filename_tensor_name``), and a TF2 object graph's
+    save and restore functions. Everything else on those paths must be an op edgeconv may run."""
+    found: list[str] = []
+    saver = meta.saver_def
+    if saver.restore_op_name:
+        filename = saver.filename_tensor_name.split(":")[0]
+        path = _reachable([saver.restore_op_name], nodes)
+        for node in path:
+            if node.op in RESTORE_OPS:
+                source = node.input[0].split(":")[0].lstrip("^") if node.input else ""
+                while source in nodes and nodes[source].op == "Identity" and nodes[source].input:
+                    source = nodes[source].input[0].split(":")[0].lstrip("^")
+                if source != filename:
+                    found.append(f"{node.op} {node.name!r} reads {source!r}, not the checkpoint the loader names")
+        found += refusals([n for n in path if n.op not in RESTORE_OPS], functions, restore=True)
+    names = []
+    for obj in meta.object_graph_def.nodes:
+        for saveable in obj.saveable_objects.values():
+            for ref in (saveable.save_function, saveable.restore_function):
+                names += _concrete_functions(meta.object_graph_def.nodes, ref)
+    calls = [_Call(name) for name in dict.fromkeys(names) if name in functions]
+    return sorted(set(found + refusals(calls, functions, restore=True)))
+
+
+class _Call:
+    """A node that only calls ``name`` (how the loader calls a restored concrete function)."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.op = f"<loader call of {name}>", "PartitionedCall"
+        self.attr = {"f": _FuncAttr(name)}
+
+
+class _FuncAttr:
+    def __init__(self, name: str) -> None:
+        self.func = type("F", (), {"name": name})()
+        self.list = type("L", (), {"func": ()})()
+
+
+def _concrete_functions(objects: Any, index: int) -> list[str]:
+    if not 0 < index < len(objects):
+        return []
+    obj = objects[index]
+    kind = obj.WhichOneof("kind")
+    if kind == "function":
+        return list(obj.function.concrete_functions)
+    if kind == "bare_concrete_function":
+        return [obj.bare_concrete_function.concrete_function_name]
+    return []
 
 
 _INERT = frozenset({"NoOp", "Const", "Identity"})  # what an init op that does nothing is made of

@@ -164,6 +164,41 @@ def test_a_savedmodel_that_runs_code_as_it_loads_is_refused_before_the_loader(
     assert tree(tmp_path) == before and not probe.exists()
 
 
+def test_a_savedmodel_whose_restore_op_does_io_is_refused_before_the_loader(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TF1 loader runs saver_def.restore_op_name to restore the variables: pointed at a WriteFile."""
+    import tensorflow as tf
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    probe = tmp_path / "probe"
+    project = tmp_path / "project"
+    project.mkdir()
+    graph = tf.Graph()
+    with graph.as_default(), tf.compat.v1.Session(graph=graph) as session:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4], name="x")
+        weight = tf.compat.v1.get_variable("w", initializer=tf.ones([4]))
+        y = tf.identity(x * weight, name="y")
+        tf.io.write_file(str(probe), tf.constant("restored"), name="leak")
+        session.run(tf.compat.v1.global_variables_initializer())
+        builder = tf.compat.v1.saved_model.Builder(str(project / "sm"))
+        builder.add_meta_graph_and_variables(session, ["serve"], signature_def_map={
+            "serving_default": tf.compat.v1.saved_model.predict_signature_def({"x": x}, {"y": y})})
+        builder.save()
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString((project / "sm" / "saved_model.pb").read_bytes())
+    proto.meta_graphs[0].saver_def.restore_op_name = "leak"
+    (project / "sm" / "saved_model.pb").write_bytes(proto.SerializeToString())
+    pipeline = _project(project, "sm")
+    before = tree(tmp_path)
+    code, err = _build(pipeline, capsys, monkeypatch)
+    assert code == 2
+    assert err.splitlines()[-1] == ("edgeconv: error: sm: the SavedModel restores its variables with ops edgeconv "
+                                    "does not run: WriteFile 'leak' (an op with effects outside the graph: files, "
+                                    "network, processes or state). edgeconv runs the graph to trace and calibrate "
+                                    f"it, so it refuses them before anything runs; {TRUST}")
+    assert tree(tmp_path) == before and not probe.exists()
+
+
 def test_trust_code_lets_the_model_run_what_it_holds(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The same TF1 SavedModel, trusted: the loader runs its main op (the probe is written), the build goes on."""
