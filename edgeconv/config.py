@@ -10,6 +10,7 @@ import dataclasses
 import enum
 import importlib.util
 import json
+import math
 import re
 import types
 from collections.abc import Mapping
@@ -81,6 +82,9 @@ MODE_IO: dict[QuantMode, tuple[IOType, ...]] = {
 MODEL_SUFFIXES = {".keras": ModelFormat.KERAS, ".h5": ModelFormat.H5, ".hdf5": ModelFormat.H5,
                   ".pb": ModelFormat.GRAPHDEF, ".tflite": ModelFormat.TFLITE}
 
+
+MAX_BATCH = 4096  # edge models run a batch of 1; a huge one would only exhaust memory while tracing
+MAX_INPUT_ELEMENTS = 2**31 - 1  # TFLite counts a tensor's elements in a 32-bit int
 
 # Model settings that apply to some formats only.
 MODEL_KEY_FORMATS: dict[str, tuple[ModelFormat, ...]] = {
@@ -167,7 +171,7 @@ class ModelConfig:
         factory=dict, parse=_parse_bind,
         json_schema=lambda: {"type": "object", "additionalProperties": {"type": ["boolean", "number"]}})
     batch_size: int = setting("Batch size the model is traced with (the batch dimension is fixed).",
-                              default=1, minimum=1)
+                              default=1, minimum=1, maximum=MAX_BATCH)
     input_shapes: Mapping[str, tuple[int, ...]] = setting(
         "Full static shape per model input name, batch included, to pin dimensions the model leaves "
         "open (None). Inputs not listed get batch_size as their batch and must have no other open "
@@ -699,6 +703,10 @@ def _check_model(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
         if not shape or any(d < 1 for d in shape):
             ctx.error(_node_at(root, "model", "input_shapes", name), f"model.input_shapes.{name}",
                       f"expected a non-empty list of dimensions >= 1, got {list(shape)}")
+        elif math.prod(shape) > MAX_INPUT_ELEMENTS:
+            ctx.error(_node_at(root, "model", "input_shapes", name), f"model.input_shapes.{name}",
+                      f"{list(shape)} holds {math.prod(shape):,} values; a model input may hold at most "
+                      f"{MAX_INPUT_ELEMENTS:,}")
 
 
 def _is_tflite(model: ModelConfig) -> bool:

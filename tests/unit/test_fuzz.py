@@ -289,3 +289,25 @@ def test_a_deeply_nested_report_is_refused_with_its_path(tmp_path: Path, depth: 
         assert err.startswith(f"edgeconv: error: {tmp_path / 'r.json'}: ")
         assert ("$.extra" + "[0]" * 63 + ": nested more than 64 levels deep" in err if depth == 64
                 else "not an edgeconv report (maximum recursion depth exceeded" in err)
+
+
+@pytest.mark.parametrize(("model", "problem"), [
+    ("batch_size: 4096", None),
+    ("batch_size: 4097", "model.batch_size: must be <= 4096, got 4097"),
+    ("batch_size: 99999999999999999999999999", "model.batch_size: must be <= 4096, got 99999999999999999999999999"),
+    ("input_shapes: {x: [1, 2147483647]}", None),
+    ("input_shapes: {x: [2, 1073741824]}", "model.input_shapes.x: [2, 1073741824] holds 2,147,483,648 values; a "
+                                           "model input may hold at most 2,147,483,647"),
+])
+def test_sizes_that_would_only_exhaust_memory_are_refused_at_their_bound(tmp_path: Path, model: str,
+                                                                         problem: str | None) -> None:
+    (tmp_path / "m.keras").write_bytes(b"x")
+    (tmp_path / "c.npz").write_bytes(b"x")
+    (tmp_path / "p.yaml").write_text(f"version: 1\nmodel: {{path: m.keras, {model}}}\n"
+                                     "calibration: {path: c.npz, samples: 4096}\n")
+    if problem is None:
+        load_pipeline(tmp_path / "p.yaml")
+        return
+    with pytest.raises(EdgeconvError) as info:
+        load_pipeline(tmp_path / "p.yaml")
+    assert f"{tmp_path / 'p.yaml'}:2: {problem}" in str(info.value).splitlines()
