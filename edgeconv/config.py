@@ -616,7 +616,8 @@ def gate_limits(config: PipelineConfig) -> Limits:
     for name, share in g.min_supported_mac_share.items():
         if name in accelerators and share < DEFAULTS["min_accelerator_mac_share"]:
             notes.append(f"gates.min_supported_mac_share.{name} = {share:g} is looser than the default "
-                         f"{DEFAULTS['min_accelerator_mac_share']:g} for an accelerator ({where('min_supported_mac_share')})")
+                         f"{DEFAULTS['min_accelerator_mac_share']:g} for an accelerator "
+                         f"({where('min_supported_mac_share')})")
     return Limits(
         max_accuracy_drop=pick("max_accuracy_drop", "accuracy", lambda v, d: v > d),
         min_top1_agreement=pick("min_top1_agreement", "agreement", lambda v, d: v < d),

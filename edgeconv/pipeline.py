@@ -26,16 +26,31 @@ from . import report_model as rm
 from ._version import __version__
 from .cache import BuildCache
 from .calibration import SOURCES, resolve_source
-from .calibration.checks import (DataWarning, activation_warnings, data_warnings, file_sha256, path_sha256,
-                                 quantization_warnings)
+from .calibration.checks import (
+    DataWarning,
+    activation_warnings,
+    data_warnings,
+    file_sha256,
+    path_sha256,
+    quantization_warnings,
+)
 from .calibration.config import CalibrationConfig, EvaluationConfig
 from .calibration.samples import Progress, RandomReader, SampleSet, collect
-from .config import (GatesConfig, ModelFormat, PipelineConfig, QuantEngine, QuantizationConfig, gate_limits,
-                     installed_toolchain, load_pipeline, resolved_yaml)
+from .config import (
+    GatesConfig,
+    ModelFormat,
+    PipelineConfig,
+    QuantEngine,
+    QuantizationConfig,
+    gate_limits,
+    installed_toolchain,
+    load_pipeline,
+    resolved_yaml,
+)
 from .converters.model import LoadedModel
 from .converters.tflite_reader import TFLiteModel, parse_tflite, read_tflite
 from .diff import diff, load_report, regressions
-from .errors import ConfigError, EdgeconvError, InternalError, ModelError, OutputError, did_you_mean, rel
+from .errors import ConfigError, EdgeconvError, ModelError, OutputError, did_you_mean, rel
 from .ir import FrozenGraph, TensorSpec
 from .passes import PassResult
 from .passes.graph import canonical
@@ -94,7 +109,8 @@ def check(model_path: str | Path, targets: Sequence[str] = ("generic-int8",),
     log.debug("checked against %s in %.0f ms", ", ".join(t.name for t in loaded), (time.perf_counter() - start) * 1e3)
     g = gates or GatesConfig()
     limits = verdict.Limits(max_cpu_fallback_ops=dict(g.max_cpu_fallback_ops),
-                            min_supported_mac_share=dict(g.min_supported_mac_share), fail_on_warnings=g.fail_on_warnings)
+                            min_supported_mac_share=dict(g.min_supported_mac_share),
+                            fail_on_warnings=g.fail_on_warnings)
     return CheckResult(model, results, verdict.Verdict(tuple(verdict.target_checks(results, limits))).to_json())
 
 
@@ -406,7 +422,7 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
                  " (quantized by AI Edge Quantizer)" if q.engine is QuantEngine.AI_EDGE_QUANTIZER else "")
     else:
         log.info("converting to %s (no calibration)", q.mode.value)
-    from .converters.tflite_export import Converter, ExportOptions
+    from .converters.tflite_export import Converter
 
     clock.begin("converting")
 
@@ -689,7 +705,8 @@ def _verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, convert
 
 
 def _repair(config: PipelineConfig, repairing: Repairing, converter: Any, calib: SampleSet,
-            evaluation: SampleSet | None, measure: Callable[[bytes], rm.Parity], ranked: list[rm.Culprit] | None, limits: verdict.Limits,
+            evaluation: SampleSet | None, measure: Callable[[bytes], rm.Parity], ranked: list[rm.Culprit] | None,
+            limits: verdict.Limits,
             progress: Progress | None) -> rm.Repair:
     """The repair search (edgeconv/verify/repair.py): each candidate converted by the build's converter
     worker, measured on the build's samples, checked against every target and the inputs' ranges."""

@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from . import report_model as rm
-from .config import GatesConfig
 from .converters.tflite_reader import TensorInfo, TFLiteModel
 from .ir import source_layers
 from .passes.base import PassResult
 from .report_model import REPORT_SCHEMA_VERSION as REPORT_SCHEMA_VERSION
-from .targets.checker import OpResult, TargetResult, Verdict
-from .targets.target import Effect, OpStatus, Placement
+from .targets.checker import OpResult, TargetResult
+from .targets.target import Effect, Placement
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "report.schema.json"
 
@@ -208,7 +207,8 @@ def console_lines(report: Mapping[str, Any]) -> list[str]:
             lines.append(f"accuracy: {acc['source']:.2%} in float -> {acc['built']:.2%} built "
                          f"(drop {acc['drop']['built'] * 100:.2f} points, on {parity['samples']} "
                          f"{parity.get('data', 'evaluation')} samples)")
-        sqnr = [(name, per["built"]["sqnr_db"], per["built"]["top1_agreement"]) for name, per in parity["outputs"].items()]
+        sqnr = [(name, per["built"]["sqnr_db"], per["built"]["top1_agreement"])
+                for name, per in parity["outputs"].items()]
         lines += [f"output {name!r}: SQNR {_num(db, '.1f')} dB"
                   + (f", top-1 agreement {top1:.2%}" if top1 is not None else "")
                   + f" against the float model ({parity.get('data', 'evaluation')} samples)" for name, db, top1 in sqnr]
@@ -218,7 +218,8 @@ def console_lines(report: Mapping[str, Any]) -> list[str]:
                                                     if memory else ""))
     warnings = [c for c in checks if c["outcome"] == "warn" and c["kind"] == "calibration"]
     if warnings:
-        lines.append(f"calibration: {len(warnings)} warning(s) (report.md lists them; gates.fail_on_calibration_warnings "
+        lines.append(f"calibration: {len(warnings)} warning(s) (report.md lists them; "
+                     "gates.fail_on_calibration_warnings "
                      "makes them fail)")
     lines += [f"loosened: {note}" for note in gate.get("disabled", [])]
     if report.get("repair"):
@@ -264,7 +265,8 @@ def targets_markdown(targets: Sequence[Mapping[str, Any]]) -> list[str]:
         if blocking:
             where = ", ".join(blocking.get("source_layers", [])) or "-"
             lines += ["", f"**{t['name']}: first blocking op #{blocking['index']} {blocking['type']}** (layers: "
-                      f"{_esc(where)}): {_esc('; '.join(blocking['reasons']))}. Every op that depends on it runs on the CPU."]
+                      f"{_esc(where)}): {_esc('; '.join(blocking['reasons']))}. Every op that depends on it runs "
+                      "on the CPU."]
         groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
         for op in t["ops"]:
             for v in op["violations"]:
@@ -323,7 +325,8 @@ def to_markdown(report: Mapping[str, Any]) -> str:
     lines += ["## Targets", ""] + targets_markdown(report["targets"]) + [""]
     overlays = [o["path"] for o in report["artifacts"].get("explorer", [])]
     if overlays:
-        sqnr = " and the per-op quantization SQNR" if any(p.endswith("quantization-sqnr.json") for p in overlays) else ""
+        sqnr = (" and the per-op quantization SQNR" if any(p.endswith("quantization-sqnr.json") for p in overlays)
+                else "")
         lines += [f"On the graph: `edgeconv view` on this folder opens the model in Model Explorer with each target's "
                   f"op status, rule and fix{sqnr} (node data files in `explorer/`; any Model Explorer loads them "
                   "with 'Add per-node data').", ""]

@@ -20,7 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from . import report_model as rm
-from .targets.checker import TargetResult, Verdict as TargetVerdict
+from .targets.checker import TargetResult
+from .targets.checker import Verdict as TargetVerdict
 from .targets.target import OpStatus
 
 
@@ -243,7 +244,8 @@ def agreement_checks(parity: Mapping[str, Any], limits: Limits, candidate: str =
         drop = accuracy["drop"][candidate]
         ok = drop <= limits.max_accuracy_drop
         out.append(Check("accuracy.drop", Kind.ACCURACY, Outcome.PASS if ok else Outcome.FAIL,
-                         f"accuracy drop {drop * 100:.2f} points ({accuracy['source']:.2%} -> {accuracy[candidate]:.2%})"
+                         f"accuracy drop {drop * 100:.2f} points ({accuracy['source']:.2%} -> "
+                         f"{accuracy[candidate]:.2%})"
                          + ("" if ok else f" > gates.max_accuracy_drop {limits.max_accuracy_drop * 100:.2f} points"),
                          measured=drop, limit=limits.max_accuracy_drop))
     return out

@@ -28,8 +28,13 @@ import time
 from pathlib import Path
 from statistics import median_high
 
-from bench_build import APPS, TF1, make_model, pipeline
-from bench_build import run  # the same measurement: wall, CPU with children, the tree's peak RSS and PSS
+from bench_build import (
+    APPS,
+    TF1,
+    make_model,
+    pipeline,
+    run,  # the same measurement: wall, CPU with children, the tree's peak RSS and PSS
+)
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -89,7 +89,7 @@ def main() -> None:
         for size in args.sizes:
             g = graph(size)
             start = time.perf_counter()
-            out, result = cls().apply(g)
+            _, result = cls().apply(g)
             took = time.perf_counter() - start
             n = len(g.graph_def.node)
             print(f"| {name} | {n} | {len(result.removed)} | {took:.3f} | {took / n * 1e6:.1f} |", flush=True)

@@ -77,7 +77,8 @@ def tf_cases(tf: Any) -> dict[str, bytes]:
         tf, lambda x: layers.Conv2D(8, (3, 1), dilation_rate=(2, 1))(x), (1, 11, 7, 8), "int8")
     out["etpu-tile.int8"] = _convert(tf, lambda a: tf.tile(a, [1, 2, 3, 1]) + 0.5, [([1, 4, 5, 3], tf.float32)], "int8")
     out["etpu-resize_align_same.int8"] = _convert(
-        tf, lambda a: tf.compat.v1.image.resize_bilinear(a * 2.0, [6, 7], align_corners=True), [([1, 6, 7, 3], tf.float32)],
+        tf, lambda a: tf.compat.v1.image.resize_bilinear(a * 2.0, [6, 7], align_corners=True),
+        [([1, 6, 7, 3], tf.float32)],
         "int8")
     out["etpu-resize_align_up.int8"] = _convert(
         tf, lambda a: tf.compat.v1.image.resize_bilinear(a * 2.0, [12, 14], align_corners=True),

@@ -239,7 +239,7 @@ def _compiled_runner(tf: Any, call: Any, in_names: Sequence[str], shapes: Mappin
             try:
                 f.get_concrete_function()
                 tf_any.append(f)
-            except Exception:  # noqa: BLE001 - any tracing failure means: use the static batch
+            except Exception:
                 tf_any.append(None)
         return tf_any[0]
 

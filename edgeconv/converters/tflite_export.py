@@ -7,6 +7,7 @@ must end as a clear error naming the stage, not as a dead tool.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import gc
@@ -96,7 +97,7 @@ class Worker:
         env = dict(os.environ)
         quiet_tf_env(env)
         read_fd, write_fd = os.pipe()
-        self._log = tempfile.TemporaryFile()
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 (the worker's log, open as long as the worker)
         # Shared with the worker: append mode, so its writes land at the end whatever offset this process
         # reads the log at.
         fcntl.fcntl(self._log.fileno(), fcntl.F_SETFL, fcntl.fcntl(self._log.fileno(), fcntl.F_GETFL) | os.O_APPEND)
@@ -257,10 +258,8 @@ def give_back_memory() -> None:
     if sys.platform.startswith("linux"):
         import ctypes
 
-        try:
+        with contextlib.suppress(AttributeError):  # not glibc (musl has no malloc_trim)
             ctypes.CDLL(None).malloc_trim(0)
-        except AttributeError:  # not glibc (musl has no malloc_trim)
-            pass
 
 
 def can_fork() -> bool:

@@ -111,7 +111,8 @@ def _op_name(target: Target, op: str) -> str:
     known = sorted({*BUILTIN_OP_NAMES, *target.ops})
     if op.upper() in known:
         return op.upper()
-    raise EdgeconvError(f"unknown op {op!r}: not a TFLite builtin op nor CUSTOM:<code>{did_you_mean(op.upper(), known)}")
+    raise EdgeconvError(f"unknown op {op!r}: not a TFLite builtin op nor CUSTOM:<code>"
+                        f"{did_you_mean(op.upper(), known)}")
 
 
 def _describe_op(target: Target, op: str, width: int) -> str:

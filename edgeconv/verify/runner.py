@@ -27,7 +27,8 @@ else:
 
 
 log = logging.getLogger("edgeconv")
-_CHATTER = re.compile(r"^INFO: (Created TensorFlow Lite XNNPACK delegate for CPU|Replacing \d+ node\(s\) with delegate)")
+_CHATTER = re.compile(r"^INFO: (Created TensorFlow Lite XNNPACK delegate for CPU"
+                      r"|Replacing \d+ node\(s\) with delegate)")
 
 
 @contextlib.contextmanager

@@ -56,7 +56,8 @@ class Runner:
         self.action = yaml.safe_load((action_path / "action.yml").read_text())
         self.summary = temp / "step_summary.md"
         self.env = {**os.environ, "PATH": f"{python_bin}{os.pathsep}{os.environ['PATH']}", "CI": "true",
-                    "GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(workspace), "GITHUB_ACTION_PATH": str(action_path),
+                    "GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(workspace),
+                    "GITHUB_ACTION_PATH": str(action_path),
                     "GITHUB_STEP_SUMMARY": str(self.summary), "RUNNER_TEMP": str(temp), "RUNNER_OS": "Linux",
                     "GITHUB_SHA": "0" * 40}
         for name in ("VIRTUAL_ENV", "PYTHONPATH", "EDGECONV_NO_CACHE"):

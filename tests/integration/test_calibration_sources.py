@@ -343,7 +343,7 @@ def test_pipelines_built_in_one_process_each_get_their_own_user_code(tmp_path: P
                     yield {"image": x}
         """))
         digits_project(folder, "source: python\nfunction: data:samples\ntrust_code: true\nsamples: 120\n",
-                       evaluation="", extra=f"output: {{dir: out}}\ngates: {{disable: [calibration]}}\n")
+                       evaluation="", extra="output: {dir: out}\ngates: {disable: [calibration]}\n")
         means[name] = float((CALIBRATION[:120] * scale).mean())
     assert main(["build", str(tmp_path / "a" / "pipeline.yaml"), str(tmp_path / "b" / "pipeline.yaml"), "-q"]) in (0, 1)
     for name in ("a", "b"):

@@ -68,7 +68,8 @@ def test_junit_xml_is_valid_and_carries_rule_ids_and_ops(run: dict[str, object])
     xmlschema.XMLSchema(str(JUNIT_XSD)).validate(str(path))
     tree = ET.parse(path).getroot()
     # A test case per check of each verdict (warnings are not tests), one for the pipeline that failed to load.
-    gates = {name: json.loads((root / "build" / name / "report.json").read_text())["gate"] for name in ("digits", "gelu")}
+    gates = {name: json.loads((root / "build" / name / "report.json").read_text())["gate"]
+             for name in ("digits", "gelu")}
     cases = sum(1 for g in gates.values() for c in g["checks"] if c["outcome"] != "warn") + 1
     failed = sum(1 for g in gates.values() for c in g["checks"] if c["outcome"] in ("fail", "error"))
     assert (tree.get("tests"), tree.get("failures"), tree.get("errors")) == (str(cases), str(failed), "1")

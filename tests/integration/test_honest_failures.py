@@ -89,7 +89,8 @@ def test_a_subclassed_model_built_with_its_default_argument_loads(tmp_path: Path
         sys.modules.pop("face", None)
     t = np.linspace(0, 1, 40 * 24 * 24 * 3).reshape(40, 24, 24, 3)
     np.savez(tmp_path / "cal.npz", image=np.sin(6 * t).astype(np.float32) * 0.5 + 0.5)
-    (tmp_path / "p.yaml").write_text("version: 1\nmodel:\n  path: face.keras\n  custom_modules: [face]\n  trust_code: true\n" + shapes
+    (tmp_path / "p.yaml").write_text("version: 1\nmodel:\n  path: face.keras\n  custom_modules: [face]\n"
+                                     "  trust_code: true\n" + shapes
                                      + "calibration: {path: cal.npz, samples: 40}\ntargets: [arm-neon]\n")
     assert main(["build", str(tmp_path / "p.yaml"), "-q"]) in (0, 1)
     report = json.loads((tmp_path / "build" / "face" / "report.json").read_text())

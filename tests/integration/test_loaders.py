@@ -314,7 +314,8 @@ def test_a_graph_that_writes_files_is_refused_before_it_ever_runs(tmp_path: Path
         edgeconv.build(project(tmp_path / "a", pb, cal={"x": np.ones((20, 4), np.float32)}))
     listed = ("WriteFile 'leak' (an op with effects outside the graph: files, network, processes or state)"
               if edge == "control" else "ReadFile 'peek' (an op that reads files or runs Python)")
-    assert str(err.value) == (f"a/leaky.pb: the graph holds ops edgeconv does not run: {listed}. edgeconv runs the graph to "
+    assert str(err.value) == (f"a/leaky.pb: the graph holds ops edgeconv does not run: {listed}. edgeconv runs "
+                              "the graph to "
                               "trace and calibrate it, so it refuses them before anything runs; set "
                               "model.trust_code: true only if you trust the model, or export it again without it "
                               "(inference needs none of it)")
@@ -431,7 +432,6 @@ def test_keras_export_savedmodel_is_attributed_to_its_layers(tmp_path: Path) -> 
 def test_real_keras2_h5_model_builds(tmp_path: Path) -> None:
     """fer's emotion model: saved by Keras 2.0.5, mini-Xception with 14 BatchNorm and SeparableConv2D."""
     import keras
-
     from PIL import Image
     from skimage.data import lfw_subset
 
@@ -475,7 +475,8 @@ def test_subclassed_keras3_model_is_traced_through_its_call_argument(tmp_path: P
     x = np.random.default_rng(3).normal(size=(24, 7, 6, 2)).astype(np.float32)
     net(x[:2])
     net.save(tmp_path / "net.keras")
-    pipeline = project(tmp_path, tmp_path / "net.keras", "  custom_modules: [tiny_net]\n  trust_code: true\n", cal={"image": x})
+    pipeline = project(tmp_path, tmp_path / "net.keras", "  custom_modules: [tiny_net]\n  trust_code: true\n",
+                       cal={"image": x})
     result = edgeconv.build(pipeline)
     report = result.report
     assert result.passed

@@ -3,9 +3,7 @@ proves it (issue 19). Real conversions of models built to quantize badly in know
 
 from __future__ import annotations
 
-import json
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 

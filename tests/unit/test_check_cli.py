@@ -120,7 +120,8 @@ def test_a_reader_that_goes_away_is_not_a_crash(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    proc = subprocess.run(f"'{sys.executable}' -m edgeconv check '{ORACLES / 'deeplabv3_mnv2_dm05_pascal_quant.tflite'}' "
+    model = ORACLES / "deeplabv3_mnv2_dm05_pascal_quant.tflite"
+    proc = subprocess.run(f"'{sys.executable}' -m edgeconv check '{model}' "
                           "--target edgetpu --target arm-neon --format json | head -c 10", shell=True,
                           capture_output=True, text=True, cwd=tmp_path)
     assert proc.stdout == "[\n  {\n    " and proc.stderr == ""

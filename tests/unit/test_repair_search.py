@@ -105,7 +105,7 @@ def test_targets_that_cannot_run_a_change_rule_it_out_by_name(project: Path) -> 
                        "int16 for the worst ops: edgetpu do(es) not run int16x8",
                        "ops kept in float: edgetpu, generic-int8 run(s) no float op in a quantized model",
                        "int16x8: edgetpu do(es) not run it"]
-    none, why = repair.candidates(_config(project), no_float=[], no_int16=[], available=200, used=200, ranked=None,
+    _, why = repair.candidates(_config(project), no_float=[], no_int16=[], available=200, used=200, ranked=None,
                                   max_keep_float=5)
     assert "ops kept in float: no per-op error ranking to pick them (verify.culprits is 0)" in why
 
@@ -115,7 +115,8 @@ def test_a_change_applied_is_the_pipeline_the_snippet_loads_to(project: Path) ->
     change = {"quantization": {"mode": "int16x8", "input_type": "auto", "output_type": "auto"},
               "calibration": {"samples": 150}}
     applied = repair.apply(config, change)
-    pasted = (MINIMAL + "evaluation: {path: eval.npz}\n").replace("  path: cal.npz\n", "  path: cal.npz\n  samples: 150\n")
+    pasted = (MINIMAL + "evaluation: {path: eval.npz}\n").replace("  path: cal.npz\n",
+                                                                  "  path: cal.npz\n  samples: 150\n")
     loaded = load_pipeline(write(project, pasted + "quantization: {mode: int16x8}\ntargets: [arm-neon]\n",
                                  "pasted.yaml"))
     assert applied.quantization == loaded.quantization and applied.quantization.mode is QuantMode.INT16X8

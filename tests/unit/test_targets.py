@@ -309,13 +309,16 @@ def _target_file(tmp_path: Path, body: str) -> Path:
     ("ops:\n  ADD: {source: DOC, rules: [{check: output_quantization, scale: big, zero_point: 0}]}\n",
      "mine.yaml:7: ops.ADD.rules[0].scale: expected a number, got 'big'"),
     ("ops:\n  ADD: {source: DOC, rules: [{check: shape_static, effect: maybe}]}\n",
-     "mine.yaml:7: ops.ADD.rules[0].effect: unknown effect 'maybe' (allowed: cpu_fallback, uncertain, unsupported, warning)"),
+     "mine.yaml:7: ops.ADD.rules[0].effect: unknown effect 'maybe' (allowed: cpu_fallback, uncertain, unsupported, "
+     "warning)"),
     ("ops:\n  ADD: {source: DOC, rules: [{check: shape_static, status: cpu_fallback}]}\n",
      "mine.yaml:7: ops.ADD.rules[0]: unknown key 'status' for constraint 'shape_static' (allowed: check, effect, fix, "
      "id, source)"),
     ("placement: {kind: prefx, source: DOC}\nops: {}\n",
-     "mine.yaml:6: placement.kind: unknown placement 'prefx' (allowed: independent, prefix, segment); did you mean 'prefix'?"),
-    ("opps: {}\n", "mine.yaml:6: top level: unknown key 'opps' (allowed: accelerator, all_ops, compiler, default_effect, "
+     "mine.yaml:6: placement.kind: unknown placement 'prefx' (allowed: independent, prefix, segment); did you mean "
+     "'prefix'?"),
+    ("opps: {}\n", "mine.yaml:6: top level: unknown key 'opps' (allowed: accelerator, all_ops, compiler, "
+                   "default_effect, "
                    "description, fixes, name, notes, ops, placement, quantization, schema_version, sources, title, "
                    "unlisted); did you mean 'ops'?"),
 ])

@@ -53,7 +53,8 @@ def report(checks: list[Check]) -> dict[str, Any]:
               "cpu_fallback": 0, "unsupported": 0}, "macs": {}, "shares": {"ops": 1.0, "macs": 1.0}, "warnings": 0,
               "weight_bytes": 0, "ops": []}
     return {"name": "m", "targets": [target], "gate": verdict.Verdict(tuple(checks)).to_json(),
-            "tflite": {"bytes": 100, "sha256": "a" * 64, "op_types": {}}, "model": {"path": "m.keras", "format": "keras"},
+            "tflite": {"bytes": 100, "sha256": "a" * 64, "op_types": {}},
+            "model": {"path": "m.keras", "format": "keras"},
             "artifacts": {"tflite": {"path": "m.tflite", "bytes": 100}}, "quantization": None, "passes": [],
             "equivalence": None, "memory": {"arena_bytes": 9000, "flash_bytes": 100, "activations_bytes": 8000,
                                                     "bookkeeping_bytes": 200, "margin": 0.25, "method": "m"}}

@@ -4,7 +4,6 @@ files and the arena planner, without TensorFlow (the integration tests prove the
 from __future__ import annotations
 
 import dataclasses
-
 import math
 import re
 from typing import Any
@@ -12,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgeconv.converters.tflite_reader import read_tflite
 from edgeconv import verdict
+from edgeconv.converters.tflite_reader import read_tflite
 from edgeconv.verify import culprits, firmware, memory, parity
 
 from ..conftest import REPO
@@ -273,7 +272,7 @@ def test_an_output_the_converter_keeps_float_is_a_model_error_naming_the_op() ->
 
     b = Builder()
     x, spec = b.tensor("int8", (1, 16), name="audio"), b.tensor("float32", (1, 8), name="logmel")
-    op, model = b.op("CUSTOM", [x], [spec], custom_code="AudioSpectrogram")
+    _, model = b.op("CUSTOM", [x], [spec], custom_code="AudioSpectrogram")
     sg = dataclasses.replace(model.main, inputs=(x.index,), outputs=(spec.index,))
     model = dataclasses.replace(model, subgraphs=(sg,))
     with pytest.raises(ModelError) as info:

@@ -37,9 +37,9 @@ def dilation_equal(op: OpInfo, model: TFLiteModel) -> Check:
     not count)."""
     w, h = op.options.get("dilation_w_factor", 1), op.options.get("dilation_h_factor", 1)
     weights = op.inputs[1] if len(op.inputs) > 1 else None
-    if weights is not None and len(weights.shape) == 4:  # [out, h, w, in] (depthwise: [1, h, w, channels])
-        if weights.shape[2] == 1 or weights.shape[1] == 1:
-            return OK
+    # [out, h, w, in] (depthwise: [1, h, w, channels])
+    if weights is not None and len(weights.shape) == 4 and (weights.shape[2] == 1 or weights.shape[1] == 1):
+        return OK
     return (w == h), f"dilation {h}x{w} (h x w)"
 
 
