@@ -540,8 +540,20 @@ class PipelineConfig:
         "Toolchain versions the build accepts, as PEP 440 specifiers (e.g. tensorflow: '>=2.20,<2.22'); a "
         f"converter upgrade changes the bytes and sometimes the accuracy. Keys: {', '.join(TOOLCHAIN)}.",
         factory=dict)
-    # Derived, not settable: where the pipeline file is.
+    # Derived from the file, not settable: where the pipeline file is, and the line of every key under gates
+    # (a loosened default gate's note names it). Carried by replace(), not by dataclasses.replace().
     source: Path = dataclasses.field(default=Path("pipeline.yaml"), init=False, compare=False)
+    gate_lines: Mapping[str, int] = dataclasses.field(default_factory=dict, init=False, compare=False, repr=False)
+
+    def replace(self, **changes: Any) -> PipelineConfig:
+        """The pipeline with ``changes`` (as ``dataclasses.replace``), keeping what was derived from its file:
+        ``dataclasses.replace`` gives fields outside ``__init__`` their defaults (the lost line numbers of
+        loosened-gate notes after ``--repair`` were that)."""
+        changed = dataclasses.replace(self, **changes)
+        for f in dataclasses.fields(self):
+            if not f.init:
+                object.__setattr__(changed, f.name, getattr(self, f.name))
+        return changed
 
     @property
     def build_name(self) -> str:
@@ -592,7 +604,7 @@ def gate_limits(config: PipelineConfig) -> Limits:
     """The thresholds in force: the pipeline's, else the strict defaults, minus the default gates it turned
     off; a note for every default it loosened or turned off, with its line."""
     g = config.gates
-    lines: dict[str, int] = getattr(config, "gate_lines", {})
+    lines = config.gate_lines
 
     def where(key: str) -> str:
         return f"{rel(config.source)} line {lines[key]}" if key in lines else rel(config.source)
@@ -649,7 +661,7 @@ def _inherit_preprocess(config: PipelineConfig) -> PipelineConfig:
         return config
     if resolve_source(ev) not in ("images", "tfrecord"):
         return config
-    return dataclasses.replace(config, evaluation=dataclasses.replace(ev, preprocess=cal.preprocess))
+    return config.replace(evaluation=dataclasses.replace(ev, preprocess=cal.preprocess))
 
 
 def _check_semantics(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:

@@ -865,9 +865,7 @@ def _with_repair(config: PipelineConfig) -> PipelineConfig:
         problems.append(f"--repair applies to modes int8 and int16x8 only (mode is {config.quantization.mode.value})")
     if problems:
         raise ConfigError(problems)
-    changed = dataclasses.replace(config, repair=dataclasses.replace(config.repair, enabled=True))
-    object.__setattr__(changed, "source", config.source)
-    return changed
+    return config.replace(repair=dataclasses.replace(config.repair, enabled=True))
 
 
 def _can_suggest(config: PipelineConfig, targets: Sequence[Target]) -> None:

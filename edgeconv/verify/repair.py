@@ -181,9 +181,7 @@ def apply(config: PipelineConfig, change: Mapping[str, Mapping[str, Any]]) -> Pi
                 cal = dataclasses.replace(cal, **{key: value})
             else:
                 raise AssertionError(f"no repair changes {section}.{key}")
-    replaced = dataclasses.replace(config, quantization=q, calibration=cal)
-    object.__setattr__(replaced, "source", config.source)
-    return replaced
+    return config.replace(quantization=q, calibration=cal)
 
 
 def snippet(change: Mapping[str, Mapping[str, Any]]) -> str:

@@ -640,3 +640,26 @@ def test_regression_gates_name_the_pipelines_targets(project: Path) -> None:
                               "(edgetpu, generic-int8); did you mean 'edgetpu'?"]
     config = load_pipeline(write(project, MINIMAL + "gates: {max_size_growth: 0.05}\n", name="ok.yaml"))
     assert config.gates.regression.names == ["gates.max_size_growth"]
+
+
+def test_repair_keeps_the_lines_of_loosened_gate_notes(tmp_path: Path) -> None:
+    """--repair and each repair trial change the pipeline with replace(): the notes of loosened default gates
+    keep their file and line (dataclasses.replace dropped them: the line was an undeclared attribute)."""
+    import numpy as np
+
+    from edgeconv.config import gate_limits
+    from edgeconv.pipeline import _with_repair
+    from edgeconv.verify.repair import apply
+
+    (tmp_path / "m.keras").write_bytes(b"x")
+    np.savez(tmp_path / "c.npz", x=np.zeros((40, 3), np.float32))
+    np.savez(tmp_path / "e.npz", x=np.zeros((40, 3), np.float32), label=np.zeros(40))
+    (tmp_path / "p.yaml").write_text("version: 1\nmodel: {path: m.keras}\ncalibration: {path: c.npz, samples: 20, "
+                                     "min_samples: 10}\nevaluation: {path: e.npz, labels: label}\n"
+                                     "gates:\n  max_accuracy_drop: 0.2\n")
+    config = load_pipeline(tmp_path / "p.yaml")
+    notes = gate_limits(config).notes
+    assert any(note.endswith("p.yaml line 6)") for note in notes), notes
+    for changed in (_with_repair(config), apply(config, {"quantization": {"per_channel": False}})):
+        assert changed.source == config.source and changed.gate_lines == config.gate_lines
+        assert gate_limits(changed).notes == notes
