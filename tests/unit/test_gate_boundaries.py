@@ -1,0 +1,110 @@
+"""Every gate at its limit, through the exit code the command line gives (not Verdict.exit_code, which the
+CLI never calls): just inside, at, just outside. A flipped `<=` or `>=` in any gate fails here. No
+TensorFlow: `check` and the build of an existing .tflite run the same target and memory gates.
+
+The model: DeepLabV3 (MobileNetV2, depth 0.5), an Edge TPU oracle. On the Edge TPU 8 of its 72 ops fall
+back to the CPU and 0.8287118886851702 of its MACs are mapped; 760,904 bytes; an estimated TFLite Micro
+arena of 9,647,850 bytes."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from edgeconv.cli import main
+
+from ..conftest import REPO
+
+MODEL = REPO / "tests" / "data" / "oracles" / "edgetpu" / "deeplabv3_mnv2_dm05_pascal_quant.tflite"
+FALLBACK, SHARE, FLASH, ARENA = 8, 0.8287118886851702, 760_904, 9_647_850
+EPS = 1e-12
+
+
+@pytest.mark.parametrize(("limit", "code"), [(FALLBACK + 1, 0), (FALLBACK, 0), (FALLBACK - 1, 1)])
+def test_check_max_cpu_fallback(limit: int, code: int, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", str(MODEL), "--target", "edgetpu", "--max-cpu-fallback", str(limit)]) == code
+
+
+@pytest.mark.parametrize(("limit", "code"), [(SHARE - EPS, 0), (SHARE, 0), (SHARE + EPS, 1)])
+def test_check_min_mac_share(limit: float, code: int, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", str(MODEL), "--target", "edgetpu", "--min-mac-share", repr(limit)]) == code
+
+
+# A CPU target's own gate (not the accelerator's): the Keras LSTM on arm-neon, 2 of 6 ops delegated to
+# XNNPACK, 5/101 of the MACs (0.04950495049504951).
+LSTM = REPO / "tests" / "data" / "oracles" / "edgetpu" / "keras_lstm_mnist_ptq.tflite"
+LSTM_SHARE = 5 / 101
+
+
+@pytest.mark.parametrize(("limit", "code"), [(LSTM_SHARE - EPS, 0), (LSTM_SHARE, 0), (LSTM_SHARE + EPS, 1)])
+def test_check_min_mac_share_of_a_cpu_target(limit: float, code: int, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", str(LSTM), "--target", "arm-neon", "--min-mac-share", repr(limit)]) == code
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("gates")
+    shutil.copy(MODEL, root / "m.tflite")
+    return root
+
+
+def _build(project: Path, gates: str, monkeypatch: pytest.MonkeyPatch) -> int:
+    (project / "p.yaml").write_text(f"version: 1\nmodel: {{path: m.tflite}}\ntargets: [edgetpu]\n"
+                                    f"output: {{dir: out}}\ngates: {{{gates}}}\n")
+    monkeypatch.chdir(project)
+    return main(["build", "p.yaml", "--no-cache", "-q"])
+
+
+@pytest.mark.parametrize(("gates", "code"), [
+    (f"max_cpu_fallback_ops: {{edgetpu: {FALLBACK + 1}}}", 0),
+    (f"max_cpu_fallback_ops: {{edgetpu: {FALLBACK}}}", 0),
+    (f"max_cpu_fallback_ops: {{edgetpu: {FALLBACK - 1}}}", 1),
+    (f"min_supported_mac_share: {{edgetpu: {SHARE - EPS!r}}}", 0),
+    (f"min_supported_mac_share: {{edgetpu: {SHARE!r}}}", 0),
+    (f"min_supported_mac_share: {{edgetpu: {SHARE + EPS!r}}}", 1),
+    (f"max_flash_bytes: {FLASH + 1}", 0),
+    (f"max_flash_bytes: {FLASH}", 0),
+    (f"max_flash_bytes: {FLASH - 1}", 1),
+    (f"max_arena_bytes: {ARENA + 1}", 0),
+    (f"max_arena_bytes: {ARENA}", 0),
+    (f"max_arena_bytes: {ARENA - 1}", 1),
+])
+def test_build_gates_at_their_limits(project: Path, gates: str, code: int, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert _build(project, gates, monkeypatch) == code, capsys.readouterr().err
+
+
+# The agreement and accuracy gates are measured by parity (a TensorFlow build); their comparisons are the
+# verdict's, and the build's exit code is 1 exactly when a check fails (tests/integration/test_strict_defaults).
+MEASURED = {"sqnr_db": 20.5, "cosine": 0.995, "top1_agreement": 0.9125, "max_abs_error": 0.1,
+            "mean_abs_error": 0.01}
+PARITY = {"samples": 80, "outputs": {"digit": {"built": MEASURED}},
+          "accuracy": {"output": "digit", "source": 0.9, "built": 0.8875, "drop": {"built": 0.0125}}}
+
+
+@pytest.mark.parametrize(("gate", "measured", "check_id"), [
+    ("min_sqnr_db", 20.5, "agreement.sqnr_db.digit"),
+    ("min_cosine", 0.995, "agreement.cosine.digit"),
+    ("min_top1_agreement", 0.9125, "agreement.top1.digit"),
+])
+@pytest.mark.parametrize(("offset", "fails"), [(-EPS, False), (0.0, False), (EPS, True)])
+def test_agreement_gates_at_their_limits(gate: str, measured: float, check_id: str, offset: float,
+                                         fails: bool) -> None:
+    from edgeconv.verdict import Limits, Verdict, agreement_checks
+
+    limits = Limits(**{"min_sqnr_db": None, "min_top1_agreement": None, "max_accuracy_drop": None,
+                       gate: measured + offset})
+    (check,) = agreement_checks(PARITY, limits)
+    assert (check.id, check.outcome.fails) == (check_id, fails)
+    assert Verdict((check,)).to_json()["verdict"] == ("fail" if fails else "pass")
+
+
+@pytest.mark.parametrize(("offset", "fails"), [(EPS, False), (0.0, False), (-EPS, True)])
+def test_accuracy_drop_gate_at_its_limit(offset: float, fails: bool) -> None:
+    from edgeconv.verdict import Limits, agreement_checks
+
+    limits = Limits(min_sqnr_db=None, min_top1_agreement=None, max_accuracy_drop=0.0125 + offset)
+    (check,) = agreement_checks(PARITY, limits)
+    assert (check.id, check.outcome.fails) == ("accuracy.drop", fails)
