@@ -73,3 +73,21 @@ def test_without_vela_the_target_refuses(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.strip() == ("edgeconv: error: p.yaml:4: targets[1]: target 'ethos-u55-128' is checked by "
                                      "the Arm Vela compiler, which is not installed: pip install 'edgeconv[vela]'")
+
+
+def test_vela_failure_is_an_error_verdict_and_other_targets_still_report(capsys: pytest.CaptureFixture[str]) -> None:
+    """Vela 5.2 cannot compile a bool -> int8 CAST; that target has no verdict (exit 1, its reason), the
+    generic-int8 verdict is still given. (In the fast subset: a target whose own tool failed must fail.)"""
+    import json
+
+    from edgeconv.cli import main
+
+    pytest.importorskip("ethosu.vela")
+    model = REPO / "tests" / "data" / "probes" / "tflm-cast_bool_i8.tflite"
+    assert main(["check", str(model), "--target", "ethos-u55-128", "--target", "generic-int8", "--format", "json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert [t["verdict"] for t in data] == ["error", "pass"]
+    assert data[0]["error"].startswith("Vela failed on the model (exit code 1): ")
+    assert main(["check", str(model), "--target", "ethos-u55-128"]) == 1
+    out = capsys.readouterr().out
+    assert "ethos-u55-128: ERROR: Vela failed on the model" in out
