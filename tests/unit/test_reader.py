@@ -125,3 +125,31 @@ def test_the_op_name_list_is_the_installed_schemas() -> None:
 
     installed = {name for name in vars(schema.BuiltinOperator) if not name.startswith("_")}
     assert installed == BUILTIN_OP_NAMES, sorted(installed)
+
+
+@pytest.mark.parametrize("path", [
+    REPO / "tests" / "data" / "conv2d-relu.int8.tflite",
+    REPO / "tests" / "data" / "softmax-dense.int8.tflite",
+    REPO / "tests" / "data" / "oracles" / "edgetpu" / "deeplabv3_mnv2_dm05_pascal_quant.tflite",  # uint8 (TF1)
+    REPO / "tests" / "data" / "oracles" / "edgetpu" / "keras_lstm_mnist_ptq.tflite",
+], ids=lambda p: p.name)
+def test_constants_read_as_the_runtime_reads_them(path: Path) -> None:
+    """Every constant tensor's value and dtype, as LiteRT's interpreter holds it: an INT8 weight read as
+    UINT8 (or the reverse) would turn every rule and cost that looks at weights wrong."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from edgeconv.converters.tflite_reader import read_tflite
+
+    model = read_tflite(path)
+    interpreter = Interpreter(model_path=str(path))
+    interpreter.allocate_tensors()
+    compared: dict[str, int] = {}
+    for tensor in model.subgraphs[0].tensors:
+        value = model.constant(tensor)
+        if value is None:
+            continue
+        expected = interpreter.get_tensor(tensor.index)
+        assert value.dtype == expected.dtype, tensor.name
+        assert np.array_equal(value, expected), tensor.name
+        compared[str(value.dtype)] = compared.get(str(value.dtype), 0) + 1
+    assert compared.get("int8", 0) + compared.get("uint8", 0) > 0, compared
