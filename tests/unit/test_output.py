@@ -484,3 +484,41 @@ def test_an_output_folder_holding_a_target_file_is_refused(tmp_path: Path, monke
     assert str(info.value) == ("output folder out holds the target file out/npu.yaml; every build replaces that "
                                "folder. Choose an output folder of its own (output.dir or --out)")
     assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("exchange", [True, False])
+def test_a_swap_that_fails_restores_the_previous_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        exchange: bool) -> None:
+    """The swap itself fails (a file system error at the last step): the previous release is back in place,
+    whole, and nothing of the new one is left beside it. With two renames, the first has already moved
+    the old release aside: the commit must move it back."""
+    import errno
+    import os
+
+    from edgeconv import output
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "m"
+    commit(out, OLD)
+    before = tree(tmp_path)
+    real_rename = os.rename
+
+    def failing_exchange(new: Path, current: Path) -> bool:
+        raise OSError(errno.EIO, "Input/output error", str(current))
+
+    def failing_second_rename(src: object, dst: object) -> None:
+        if ".staging-" in str(src):
+            raise OSError(errno.EIO, "Input/output error")
+        real_rename(src, dst)  # type: ignore[arg-type]
+
+    if exchange:
+        monkeypatch.setattr(output, "_exchange", failing_exchange)
+    else:
+        monkeypatch.setattr(output, "_exchange", lambda new, current: False)
+        monkeypatch.setattr(os, "rename", failing_second_rename)
+    with pytest.raises(OutputError) as info:
+        commit(out, NEW)
+    assert str(info.value) == ("cannot write the output folder m: Input/output error; nothing was changed (the "
+                               "previous output, if any, is as it was)")
+    assert tree(tmp_path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
