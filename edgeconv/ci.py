@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from .errors import rel
+from .exit_codes import WORDS
 
 _PROBLEM = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+): (?P<message>.*)$")
-EXIT_WORDS = {0: "pass", 1: "fail", 2: "error", 3: "crash"}
+EXIT_WORDS = WORDS  # exit code -> word, from the one table (edgeconv.exit_codes)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,8 +28,9 @@ from . import cancel
 from ._version import __version__
 from .console import print_lines
 from .errors import EdgeconvError, InternalError, rel
+from .exit_codes import Exit
 
-EXIT_OK, EXIT_GATE, EXIT_USER, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_OK, EXIT_GATE, EXIT_USER, EXIT_INTERNAL = Exit.OK, Exit.GATE, Exit.USER, Exit.INTERNAL
 
 
 def _files(*suffixes: str) -> Any:
@@ -299,10 +300,10 @@ def _main(args: argparse.Namespace) -> int:
         return EXIT_USER
     except KeyboardInterrupt:
         print(f"edgeconv: interrupted; {_what_was_written()}", file=sys.stderr)
-        return 130
+        return Exit.INTERRUPTED
     except Terminated:
         print(f"edgeconv: terminated; {_what_was_written()}", file=sys.stderr)
-        return 143
+        return Exit.TERMINATED
     except Exception as exc:  # a bug, or the toolchain failing: traceback to a log
         return _crash(exc)
 
@@ -486,7 +487,7 @@ def _build_worker(path: Path, options: dict[str, Any]) -> Any:
 
 
 def _print_outcome(o: Any) -> None:
-    from .ci import EXIT_WORDS
+    from .exit_codes import WORDS as EXIT_WORDS
 
     where = f" -> {rel(o.report_dir)}" if o.report_dir else ""
     print_lines([f"{rel(o.pipeline)}: {EXIT_WORDS.get(o.code, o.code).upper()} in {o.seconds:.1f} s{where}"
@@ -537,7 +538,7 @@ def _build_one(path: Path, args: argparse.Namespace, *, verbose: bool, single: b
         code = _crash(exc)
         what = str(exc) if isinstance(exc, InternalError) else f"{type(exc).__name__}: {exc}"
         return Outcome(path, code, time.perf_counter() - start, error=f"internal error: {what}")
-    outcome = Outcome(path, EXIT_OK if result.passed else EXIT_GATE, time.perf_counter() - start, result.report,
+    outcome = Outcome(path, result.exit_code, time.perf_counter() - start, result.report,
                       result.output_dir, cached=result.cached)
     if single:
         _print_build(result, cache)
@@ -564,7 +565,7 @@ def _ci_outputs(outcomes: list[Any], args: argparse.Namespace) -> None:
     if args.summary is not None:
         write_atomically(args.summary, text)
     if args.results_json is not None:
-        from .ci import EXIT_WORDS
+        from .exit_codes import WORDS as EXIT_WORDS
 
         write_atomically(args.results_json, json.dumps([
             {"pipeline": str(o.pipeline), "exit_code": o.code, "verdict": EXIT_WORDS.get(o.code, "crash"),
@@ -639,7 +640,7 @@ def _check(args: argparse.Namespace) -> int:
             lines.append("(every op fails an integer target for that reason; per-op details: --format md or json)")
         lines += [f"gate: {reason}" for reason in result.gate["reasons"]]
         print_lines(lines, sys.stdout)
-    return EXIT_OK if result.passed else EXIT_GATE
+    return result.exit_code
 
 
 def _diff(args: argparse.Namespace) -> int:
@@ -770,7 +771,7 @@ def _view(args: argparse.Namespace) -> int:
             return EXIT_OK
         except Terminated:
             print("edgeconv: terminated; Model Explorer stopped", file=sys.stderr)
-            return 143
+            return Exit.TERMINATED
     return EXIT_OK
 
 

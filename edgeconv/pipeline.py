@@ -51,6 +51,7 @@ from .converters.model import LoadedModel
 from .converters.tflite_reader import TFLiteModel, parse_tflite, read_tflite
 from .diff import diff, load_report, regressions
 from .errors import ConfigError, EdgeconvError, ModelError, OutputError, did_you_mean, rel
+from .exit_codes import Exit, of_gate
 from .ir import FrozenGraph, TensorSpec
 from .passes import PassResult
 from .passes.graph import canonical
@@ -80,6 +81,11 @@ class BuildResult:
     def passed(self) -> bool:
         return bool(self.report["gate"]["verdict"] == "pass")
 
+    @property
+    def exit_code(self) -> Exit:
+        """What ``edgeconv build`` exits with for this build: the verdict's code (edgeconv.exit_codes)."""
+        return of_gate(self.report["gate"])
+
 
 @dataclasses.dataclass(frozen=True)
 class CheckResult:
@@ -90,6 +96,11 @@ class CheckResult:
     @property
     def passed(self) -> bool:
         return bool(self.gate["verdict"] == "pass")
+
+    @property
+    def exit_code(self) -> Exit:
+        """What ``edgeconv check`` exits with for this model: the verdict's code (edgeconv.exit_codes)."""
+        return of_gate(self.gate)
 
     def to_json(self) -> list[rm.TargetVerdict]:
         """The report's ``targets`` section for this model."""

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from . import report_model as rm
+from .exit_codes import of_gate
 from .targets.checker import TargetResult
 from .targets.checker import Verdict as TargetVerdict
 from .targets.target import OpStatus
@@ -84,7 +85,7 @@ class Verdict:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.passed else 1
+        return of_gate(self.to_json())
 
     def to_json(self) -> rm.Gate:
         return {"verdict": "pass" if self.passed else "fail",

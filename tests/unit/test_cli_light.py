@@ -272,3 +272,15 @@ def test_a_ci_output_that_cannot_be_written_is_refused_before_any_build(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker"]  # nothing built, nothing written
 
 
+
+
+def test_one_exit_code_table() -> None:
+    """The CLI, the verdict and the CI outputs take their codes and words from edgeconv.exit_codes."""
+    from edgeconv import ci, cli, verdict
+    from edgeconv.exit_codes import WORDS, Exit, of_gate
+
+    assert (cli.EXIT_OK, cli.EXIT_GATE, cli.EXIT_USER, cli.EXIT_INTERNAL) == (0, 1, 2, 3)
+    assert (Exit.INTERRUPTED, Exit.TERMINATED) == (130, 143)
+    assert ci.EXIT_WORDS is WORDS and WORDS == {0: "pass", 1: "fail", 2: "error", 3: "crash"}
+    assert of_gate({"verdict": "pass"}) == 0 and of_gate({"verdict": "fail"}) == 1 and of_gate({}) == 1
+    assert verdict.Verdict(()).exit_code == 0
