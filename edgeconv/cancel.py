@@ -63,3 +63,23 @@ def clear() -> None:
     global _requested
     with _lock:
         _requested = None
+
+
+class Terminated(BaseException):
+    """SIGTERM (what CI sends when it cancels a job): unwinds like Ctrl-C, so every temporary and
+    staging folder is removed and the converter worker killed, then exit 143."""
+
+
+def on_sigterm(signum: int, frame: object) -> None:
+    """The SIGTERM handler of a build's process: the request is kept (third-party code may swallow the
+    exception), and raised at once unless the output folder's swap is running (then right after it)."""
+    request(Terminated)
+    if not deferred():
+        raise Terminated()
+
+
+def on_sigint(signum: int, frame: object) -> None:
+    """Ctrl-C, as Python's own handler, kept like SIGTERM's."""
+    request(KeyboardInterrupt)
+    if not deferred():
+        raise KeyboardInterrupt()

@@ -35,6 +35,7 @@ class Outcome:
     report_dir: Path | None = None
     error: str | None = None  # the one-line messages of exit 2/3
     cached: bool = False
+    crash_log: Path | None = None  # exit 3: where its traceback is
 
     @property
     def name(self) -> str:

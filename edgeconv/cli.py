@@ -8,26 +8,22 @@ internal error, with a traceback in a log file.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import gc
 import json
 import logging
 import os
-import platform
 import shutil
 import sys
 import threading
-import time
-import traceback
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from . import cancel
 from ._version import __version__
 from .console import print_lines
-from .errors import EdgeconvError, InternalError, rel
+from .errors import EdgeconvError, rel
 from .exit_codes import Exit
 
 EXIT_OK, EXIT_GATE, EXIT_USER, EXIT_INTERNAL = Exit.OK, Exit.GATE, Exit.USER, Exit.INTERNAL
@@ -169,21 +165,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-class Terminated(BaseException):
-    """SIGTERM (what CI sends when it cancels a job): unwinds like Ctrl-C, so every temporary and
-    staging folder is removed and the converter worker killed, then exit 143."""
-
-
-def _terminate(signum: int, frame: Any) -> None:
-    cancel.request(Terminated)  # kept too: third-party code may swallow the exception (see cancel.py)
-    if not cancel.deferred():  # the output folder's swap is never cut in two: raised after it
-        raise Terminated()
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    cancel.request(KeyboardInterrupt)
-    if not cancel.deferred():
-        raise KeyboardInterrupt()
+Terminated = cancel.Terminated
+_terminate = cancel.on_sigterm
+_interrupt = cancel.on_sigint
 
 
 def program() -> int:
@@ -320,58 +304,61 @@ def _what_was_written() -> str:
 
 def _crash(exc: Exception) -> int:
     """A bug, or the toolchain failing: one line, and the traceback in a log outside every output folder."""
-    from .output import crash_log_dir, write_crash_log
+    from .many import crash_log, crash_words
 
-    text = (f"edgeconv {__version__}, Python {platform.python_version()}, {platform.platform()}\n"
-            f"argv: {sys.argv}\n\n" + "".join(traceback.format_exception(exc)))
-    if isinstance(exc, InternalError) and exc.log:
-        text += f"\n--- output of the failing stage ---\n{exc.log}\n"
-    path = write_crash_log(crash_log_dir(), text)
-    if path is None:
-        import tempfile
-
-        with tempfile.NamedTemporaryFile("w", prefix="edgeconv-crash-", suffix=".log", delete=False) as handle:
-            handle.write(text)
-        path = Path(handle.name)
-    what = str(exc) if isinstance(exc, InternalError) else f"{type(exc).__name__}: {exc}"
-    print(f"edgeconv: internal error: {what}", file=sys.stderr)
-    print(f"edgeconv: traceback written to {rel(path)}; please report it", file=sys.stderr)
+    _say_crash(crash_words(exc), crash_log(exc))
     return EXIT_INTERNAL
 
 
-def _expand(patterns: Sequence[str]) -> list[Path]:
-    import glob
-
-    paths: list[Path] = []
-    for pattern in patterns:
-        if any(c in pattern for c in "*?["):
-            found = sorted(glob.glob(pattern, recursive=True))
-            if not found:
-                raise EdgeconvError(f"{pattern}: no pipeline file matches")
-            paths += [Path(p) for p in found]
-        else:
-            paths.append(Path(pattern))
-    return list(dict.fromkeys(paths))
+def _say_crash(what: str, log: Path) -> None:
+    print(f"edgeconv: internal error: {what}", file=sys.stderr)
+    print(f"edgeconv: traceback written to {rel(log)}; please report it", file=sys.stderr)
 
 
 def _build_many(args: argparse.Namespace) -> int:
-    """Build one or more pipelines; print each result, then (for several) one table; CI outputs."""
+    """Build one or more pipelines (edgeconv.many); print each result, then (for several) one table; CI
+    outputs."""
     from .ci import summary_markdown, worst
+    from .many import BuildOptions, build_many, expand
 
-    paths = _expand(args.pipelines)
+    paths = expand(args.pipelines)
     if args.out is not None and len(paths) > 1:
         raise EdgeconvError(f"--out applies to one pipeline; {len(paths)} were given (each writes its output.dir)")
     if args.jobs < 1:
         raise EdgeconvError(f"-j must be at least 1, got {args.jobs}")
     _check_destinations(args)
+    options = BuildOptions(out=args.out, baseline=args.baseline, no_cache=args.no_cache, cache_dir=args.cache_dir,
+                           suggest_keep_float=args.suggest_keep_float, repair=args.repair, verbose=args.verbose)
     if len(paths) == 1:
-        outcomes = [_build_one(paths[0], args, verbose=not args.quiet, single=True)]
+        outcomes = [_build_single(paths[0], options, quiet=args.quiet)]
     else:
-        outcomes = _build_parallel(paths, args)
+        outcomes = build_many(paths, options, jobs=args.jobs, on_outcome=_print_outcome)
         print()
         print(summary_markdown(outcomes).rstrip())
     _ci_outputs(outcomes, args)
     return worst(outcomes)
+
+
+def _build_single(path: Path, options: Any, *, quiet: bool) -> Any:
+    """One pipeline, with its progress on stderr (not with -q), its errors and its result."""
+    from .cache import default_dir
+    from .console import make_display
+    from .many import build_one
+
+    outcome, result = build_one(path, options, None if quiet else make_display(sys.stderr))
+    if outcome.crash_log is not None:
+        _say_crash((outcome.error or "").removeprefix("internal error: "), outcome.crash_log)
+    elif result is None:
+        for line in (outcome.error or "").splitlines():
+            print(f"edgeconv: error: {line}", file=sys.stderr)
+    else:
+        from .report import console_lines
+
+        cached = ([f"cache: unchanged since the cached build; artifacts and report from "
+                   f"{rel(options.cache_dir or default_dir())}"] if result.cached else [])
+        print_lines([*cached, *console_lines(result.report),
+                     f"model {rel(result.tflite_path)}, report {rel(result.output_dir / 'report.md')}"], sys.stdout)
+    return outcome
 
 
 def _check_destinations(args: argparse.Namespace) -> None:
@@ -398,160 +385,15 @@ def _check_destinations(args: argparse.Namespace) -> None:
         raise EdgeconvError("\n".join(problems))
 
 
-def _build_parallel(paths: list[Path], args: argparse.Namespace) -> list[Any]:
-    """Several pipelines, N at a time; a pipeline's failure never stops the others."""
-    import concurrent.futures
-
-    options = {k: getattr(args, k) for k in ("out", "quiet", "verbose", "baseline", "no_cache", "cache_dir",
-                                             "suggest_keep_float", "repair")}
-    from .pipeline import pool_context, sharing_worker
-
-    if args.jobs == 1:
-        with sharing_worker():
-            done = [_build_one(p, argparse.Namespace(**options), verbose=False) for p in paths]
-        for o in done:
-            _print_outcome(o)
-        return done
-    results: dict[Path, Any] = {}
-    context = pool_context()
-    forked = context.get_start_method() == "fork"
-    with concurrent.futures.ProcessPoolExecutor(max_workers=min(args.jobs, len(paths)), mp_context=context,
-                                                initializer=_pool_process_init, initargs=(forked,)) as pool:
-        try:
-            with _frozen_while_forking(forked):
-                futures = {pool.submit(_build_worker, p, options): p for p in paths}
-            for future in concurrent.futures.as_completed(futures):
-                results[futures[future]] = outcome = future.result()
-                _print_outcome(outcome)
-        except BaseException as exc:  # Ctrl-C, SIGTERM or a broken pool: no pipeline not yet started starts now
-            if isinstance(exc, (KeyboardInterrupt, Terminated)):
-                _interrupt_children()
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-    return [results[p] for p in paths]
-
-
-@contextlib.contextmanager
-def _frozen_while_forking(forked: bool) -> Iterator[None]:
-    """The pool forks all its processes at the first submit: the objects so far (TensorFlow's, about
-    330,000) are out of the collector's reach meanwhile, so that no process's collection copies the pages
-    they all share (as for the converter worker); this process lifts it once they are started."""
-    froze = forked and gc.get_freeze_count() == 0
-    if froze:
-        gc.freeze()
-    try:
-        yield
-    finally:
-        if froze:
-            gc.unfreeze()
-
-
-def _interrupt_children() -> None:
-    """This process was interrupted or terminated (a signal to it alone, as a job runner may send): each
-    build running in the pool is terminated too (SIGTERM, which each pool process turns into
-    ``Terminated``: the build unwinds, removing its staging and work folders and its converter worker,
-    and keeps its previous output) instead of running on unseen. Not SIGINT: a job started in the
-    background ignores it, and its pool processes inherit that."""
-    import multiprocessing
-    import signal
-
-    for child in multiprocessing.active_children():
-        if child.pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child.pid, signal.SIGTERM)
-
-
-def _pool_process_init(forked: bool) -> None:
-    """In each process of the pool: SIGTERM stops its build cleanly (as in a single build); its builds
-    share one converter worker (one TensorFlow import per process, or none for a fork), which ends with
-    the process. A forked process forgets the exit handlers it inherited (the parent's to run, not its
-    own) and runs those its builds register when it ends (a fork ends without them: TensorFlow's
-    autograph removes its generated files from the temporary folder in such handlers)."""
-    import atexit
-    import signal
-    from multiprocessing import util
-
-    from .pipeline import sharing_worker
-
-    signal.signal(signal.SIGTERM, _terminate)
-    if forked:
-        atexit._clear()
-        util.Finalize(None, atexit._run_exitfuncs, exitpriority=0)
-    sharing = sharing_worker()
-    sharing.__enter__()
-    util.Finalize(None, sharing.__exit__, args=(None, None, None), exitpriority=10)
-
-
-def _build_worker(path: Path, options: dict[str, Any]) -> Any:
-    return _build_one(path, argparse.Namespace(**options), verbose=False)
-
-
 def _print_outcome(o: Any) -> None:
     from .exit_codes import WORDS as EXIT_WORDS
 
+    if o.crash_log is not None:
+        _say_crash((o.error or "").removeprefix("internal error: "), o.crash_log)
     where = f" -> {rel(o.report_dir)}" if o.report_dir else ""
     print_lines([f"{rel(o.pipeline)}: {EXIT_WORDS.get(o.code, o.code).upper()} in {o.seconds:.1f} s{where}"
                  f"{' (cached)' if o.cached else ''}", *(f"  {line}" for line in (o.error or "").splitlines())],
                 sys.stdout)
-
-
-def _build_one(path: Path, args: argparse.Namespace, *, verbose: bool, single: bool = False) -> Any:
-    """One pipeline. Its errors become its outcome (exit 2 or 3), as they would end a single build."""
-    from .cache import BuildCache, default_dir
-    from .ci import Outcome
-    from .config import load_pipeline
-    from .console import Display, make_display
-    from .pipeline import build
-
-    start = time.perf_counter()
-    try:
-        config = load_pipeline(path)
-        progress: Display | None = None
-        # edgeconv's own logger, set for this build (not the root logger: a host program's or an earlier
-        # build's configuration must not decide what this one prints). -q and the builds of several
-        # pipelines print only the result; the report keeps every finding.
-        logger = logging.getLogger("edgeconv")
-        logger.propagate = False
-        if verbose:
-            display = make_display(sys.stderr)
-            logger.handlers = [display.handler()]
-            logger.setLevel(logging.DEBUG if getattr(args, "verbose", False) else logging.INFO)
-            progress = display
-        else:
-            logger.handlers = [logging.NullHandler()]
-        no_cache = args.no_cache or os.environ.get("EDGECONV_NO_CACHE", "") not in ("", "0")
-        cache = None if no_cache else BuildCache(args.cache_dir or default_dir())
-        try:
-            result = build(config, out=args.out, progress=progress, suggest_keep_float=args.suggest_keep_float,
-                           cache=cache, baseline=args.baseline, repair=args.repair)
-        finally:
-            if progress is not None:
-                progress.stop()
-    except EdgeconvError as exc:
-        if single:
-            for line in str(exc).splitlines():
-                print(f"edgeconv: error: {line}", file=sys.stderr)
-        return Outcome(path, EXIT_USER, time.perf_counter() - start, error=str(exc))
-    except KeyboardInterrupt:
-        raise
-    except Exception as exc:  # a bug, or the toolchain failing: traceback to a log
-        code = _crash(exc)
-        what = str(exc) if isinstance(exc, InternalError) else f"{type(exc).__name__}: {exc}"
-        return Outcome(path, code, time.perf_counter() - start, error=f"internal error: {what}")
-    outcome = Outcome(path, result.exit_code, time.perf_counter() - start, result.report,
-                      result.output_dir, cached=result.cached)
-    if single:
-        _print_build(result, cache)
-    return outcome
-
-
-def _print_build(result: Any, cache: Any) -> None:
-    from .report import console_lines
-
-    cached = ([f"cache: unchanged since the cached build; artifacts and report from {rel(cache.root)}"]
-              if result.cached and cache is not None else [])
-    print_lines([*cached, *console_lines(result.report),
-                 f"model {rel(result.tflite_path)}, report {rel(result.output_dir / 'report.md')}"], sys.stdout)
 
 
 def _ci_outputs(outcomes: list[Any], args: argparse.Namespace) -> None:

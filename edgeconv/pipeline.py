@@ -15,7 +15,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
@@ -50,7 +50,7 @@ from .config import (
 from .converters.model import LoadedModel
 from .converters.tflite_reader import TFLiteModel, parse_tflite, read_tflite
 from .diff import diff, load_report, regressions
-from .errors import ConfigError, EdgeconvError, ModelError, OutputError, did_you_mean, rel
+from .errors import ConfigError, ModelError, OutputError, did_you_mean, rel
 from .exit_codes import Exit, of_gate
 from .ir import FrozenGraph, TensorSpec
 from .passes import PassResult
@@ -61,8 +61,6 @@ from .targets.describe import quantization_line
 from .targets.target import Target
 
 if TYPE_CHECKING:
-    import multiprocessing.context
-
     from .converters.tflite_export import Worker
 
 log = logging.getLogger("edgeconv")
@@ -216,9 +214,9 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
                 served := _from_cache(config, out_dir, targets, key, files)) is not None:
             return served
 
-    from .converters.tflite_export import Worker
+    from .converters.tflite_export import Worker, shared_worker
 
-    shared = _SHARED_WORKER
+    shared = shared_worker()
     modules_before = set(sys.modules)
     try:
         output.remove_stale_work_folders(Path(tempfile.gettempdir()))
@@ -240,51 +238,6 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
     if cache is not None and key is not None:
         cache.store(key, out_dir)
     return result
-
-
-_SHARED_WORKER: Worker | None = None  # while sharing_worker() runs: the converter worker its builds share
-
-
-@contextlib.contextmanager
-def sharing_worker() -> Iterator[None]:
-    """The builds run inside share one converter worker (the CLI's builds of several pipelines, one after
-    the other in a process): forked from the first build right after its TensorFlow import, it serves
-    every later build too, so TensorFlow is imported once for them all (a later build would otherwise
-    find TensorFlow's runtime started and start its worker as a new interpreter that imports it again).
-    A build whose conversion kills it gets a new one, as within a build."""
-    global _SHARED_WORKER
-    from .converters.tflite_export import Worker
-
-    if _SHARED_WORKER is not None:
-        yield
-        return
-    with Worker() as worker:
-        _SHARED_WORKER = worker
-        try:
-            yield
-        finally:
-            _SHARED_WORKER = None
-
-
-def pool_context() -> multiprocessing.context.BaseContext:
-    """How ``build -j N`` (N > 1) starts its processes: where a fork is safe (Linux, as for the converter
-    worker), TensorFlow is imported here once and each process is this one forked, before anything starts
-    TensorFlow's runtime or a thread (the pool forks every process at its first task); each imports
-    nothing again and shares TensorFlow's pages with the others. Otherwise (or ``EDGECONV_WORKER=spawn``,
-    or TensorFlow missing: each build then reports it) they are new interpreters that import it each."""
-    import multiprocessing
-
-    from ._tf import import_tf
-    from .converters.tflite_export import can_fork
-
-    if sys.platform.startswith("linux") and os.environ.get("EDGECONV_WORKER", "fork") != "spawn":
-        try:
-            import_tf()
-        except EdgeconvError:
-            return multiprocessing.get_context("spawn")
-        if can_fork():
-            return multiprocessing.get_context("fork")
-    return multiprocessing.get_context("spawn")
 
 
 def _forget_user_code(modules_before: set[str], folder: Path) -> None:
@@ -447,7 +400,9 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
         log.info("measuring the error each quantized op adds on the evaluation data")
     exported = converter.convert(calib, options, "model", progress, debug=evaluation if analyse else None,
                                  float_reference=config.verify.parity and evaluation is not None)
-    if worker is not _SHARED_WORKER and not _converts_again(config, suggest_keep_float, repaired):
+    from .converters.tflite_export import shared_worker
+
+    if worker is not shared_worker() and not _converts_again(config, suggest_keep_float, repaired):
         worker.close()  # its memory back before the checks and the verification run the models
     clock.lap("convert")
     tflite_name = f"{config.build_name}.tflite"

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -405,3 +406,30 @@ def _flex_message(graph: FrozenGraph, tf_ops: list[str]) -> str:
 
 def _tail(log: str) -> str:
     return "\n".join(log.splitlines()[-_LOG_TAIL:])
+
+
+_SHARED_WORKER: Worker | None = None  # while sharing_worker() runs: the converter worker its builds share
+
+
+def shared_worker() -> Worker | None:
+    """The converter worker the builds running now share, if any (see :func:`sharing_worker`)."""
+    return _SHARED_WORKER
+
+
+@contextlib.contextmanager
+def sharing_worker() -> Iterator[None]:
+    """The builds run inside share one converter worker (the builds of several pipelines, one after the
+    other in a process): forked from the first build right after its TensorFlow import, it serves every
+    later build too, so TensorFlow is imported once for them all (a later build would otherwise find
+    TensorFlow's runtime started and start its worker as a new interpreter that imports it again). A build
+    whose conversion kills it gets a new one, as within a build."""
+    global _SHARED_WORKER
+    if _SHARED_WORKER is not None:
+        yield
+        return
+    with Worker() as worker:
+        _SHARED_WORKER = worker
+        try:
+            yield
+        finally:
+            _SHARED_WORKER = None

@@ -1,0 +1,235 @@
+"""Several pipelines in one call, as ``edgeconv build a.yaml b.yaml -j 2`` builds them: a library function.
+
+:func:`build_many` builds each pipeline (one after the other, or N at a time in a process pool) and hands
+each :class:`~edgeconv.ci.Outcome` to a callback as it ends; a pipeline's failure (exit 2 or 3) never stops
+the others. The builds in one process share one converter worker (:func:`sharing_worker`): TensorFlow is
+imported once per process. The pool's processes are this process forked after its one TensorFlow import
+where that is safe (Linux, before TensorFlow's runtime or any thread starts), else spawned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import logging
+import multiprocessing
+import multiprocessing.context
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from . import cancel
+from .ci import Outcome
+from .converters.tflite_export import sharing_worker
+from .errors import EdgeconvError, InternalError
+from .exit_codes import Exit
+
+if TYPE_CHECKING:
+    from .console import Display
+    from .pipeline import BuildResult
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildOptions:
+    """What ``edgeconv build`` passes to every build (see :func:`edgeconv.build`)."""
+
+    out: Path | None = None
+    baseline: Path | None = None
+    no_cache: bool = False
+    cache_dir: Path | None = None
+    suggest_keep_float: bool = False
+    repair: bool = False
+    verbose: bool = False  # debug lines on the display of a single build
+
+
+def expand(patterns: Sequence[str]) -> list[Path]:
+    """Pipeline paths from the command line: quoted globs expanded (a glob that matches nothing is an
+    error), duplicates dropped, order kept."""
+    import glob
+
+    paths: list[Path] = []
+    for pattern in patterns:
+        if any(c in pattern for c in "*?["):
+            found = sorted(glob.glob(pattern, recursive=True))
+            if not found:
+                raise EdgeconvError(f"{pattern}: no pipeline file matches")
+            paths += [Path(p) for p in found]
+        else:
+            paths.append(Path(pattern))
+    return list(dict.fromkeys(paths))
+
+
+def crash_log(exc: BaseException) -> Path:
+    """A bug, or the toolchain failing: the traceback (and the failing stage's output) in a log outside
+    every output folder. Returns its path."""
+    import platform
+    import tempfile
+
+    from ._version import __version__
+    from .output import crash_log_dir, write_crash_log
+
+    text = (f"edgeconv {__version__}, Python {platform.python_version()}, {platform.platform()}\n"
+            f"argv: {sys.argv}\n\n" + "".join(traceback.format_exception(exc)))
+    if isinstance(exc, InternalError) and exc.log:
+        text += f"\n--- output of the failing stage ---\n{exc.log}\n"
+    path = write_crash_log(crash_log_dir(), text)
+    if path is None:
+        with tempfile.NamedTemporaryFile("w", prefix="edgeconv-crash-", suffix=".log", delete=False) as handle:
+            handle.write(text)
+        path = Path(handle.name)
+    return path
+
+
+def crash_words(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, InternalError) else f"{type(exc).__name__}: {exc}"
+
+
+def build_one(path: Path, options: BuildOptions, display: Display | None = None
+              ) -> tuple[Outcome, BuildResult | None]:
+    """One pipeline: its outcome, and the build's result when it built. Its user errors (exit 2) and bugs
+    (exit 3, traceback in a crash log) become its outcome, as they would end a single build. ``display``
+    shows its progress and log lines; without one, the build prints nothing (the report keeps every
+    finding)."""
+    from .cache import BuildCache, default_dir
+    from .config import load_pipeline
+    from .pipeline import build
+
+    start = time.perf_counter()
+    try:
+        config = load_pipeline(path)
+        # edgeconv's own logger, set for this build (not the root logger: a host program's or an earlier
+        # build's configuration must not decide what this one prints).
+        logger = logging.getLogger("edgeconv")
+        logger.propagate = False
+        if display is not None:
+            logger.handlers = [display.handler()]
+            logger.setLevel(logging.DEBUG if options.verbose else logging.INFO)
+        else:
+            logger.handlers = [logging.NullHandler()]
+        no_cache = options.no_cache or os.environ.get("EDGECONV_NO_CACHE", "") not in ("", "0")
+        cache = None if no_cache else BuildCache(options.cache_dir or default_dir())
+        try:
+            result = build(config, out=options.out, progress=display, suggest_keep_float=options.suggest_keep_float,
+                           cache=cache, baseline=options.baseline, repair=options.repair)
+        finally:
+            if display is not None:
+                display.stop()
+    except EdgeconvError as exc:
+        return Outcome(path, Exit.USER, time.perf_counter() - start, error=str(exc)), None
+    except Exception as exc:  # a bug, or the toolchain failing: traceback to a log
+        return Outcome(path, Exit.INTERNAL, time.perf_counter() - start, error=f"internal error: {crash_words(exc)}",
+                       crash_log=crash_log(exc)), None
+    return Outcome(path, result.exit_code, time.perf_counter() - start, result.report, result.output_dir,
+                   cached=result.cached), result
+
+
+def build_many(paths: Sequence[Path], options: BuildOptions, *, jobs: int = 1,
+               on_outcome: Callable[[Outcome], None] = lambda outcome: None) -> list[Outcome]:
+    """Build every pipeline, ``jobs`` at a time, calling ``on_outcome`` as each ends (in this process);
+    the outcomes in the order of ``paths``. Ctrl-C or SIGTERM stops every build (each keeps its previous
+    output) and no pipeline not yet started starts."""
+    if jobs < 1:
+        raise EdgeconvError(f"-j must be at least 1, got {jobs}")
+    if jobs == 1 or len(paths) == 1:
+        done = []
+        with sharing_worker():
+            for path in paths:
+                outcome, _ = build_one(path, options)
+                on_outcome(outcome)
+                done.append(outcome)
+        return done
+    import concurrent.futures
+
+    results: dict[Path, Outcome] = {}
+    context = pool_context()
+    forked = context.get_start_method() == "fork"
+    with concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=context,
+                                                initializer=_pool_process_init, initargs=(forked,)) as pool:
+        try:
+            with _frozen_while_forking(forked):
+                futures = {pool.submit(_build_in_pool, p, options): p for p in paths}
+            for future in concurrent.futures.as_completed(futures):
+                results[futures[future]] = outcome = future.result()
+                on_outcome(outcome)
+        except BaseException as exc:  # Ctrl-C, SIGTERM or a broken pool: no pipeline not yet started starts now
+            if isinstance(exc, (KeyboardInterrupt, cancel.Terminated)):
+                _interrupt_children()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    return [results[p] for p in paths]
+
+
+def _build_in_pool(path: Path, options: BuildOptions) -> Outcome:
+    return build_one(path, options)[0]
+
+
+@contextlib.contextmanager
+def _frozen_while_forking(forked: bool) -> Iterator[None]:
+    """The pool forks all its processes at the first submit: the objects so far (TensorFlow's, about
+    330,000) are out of the collector's reach meanwhile, so that no process's collection copies the pages
+    they all share (as for the converter worker); this process lifts it once they are started."""
+    froze = forked and gc.get_freeze_count() == 0
+    if froze:
+        gc.freeze()
+    try:
+        yield
+    finally:
+        if froze:
+            gc.unfreeze()
+
+
+def _interrupt_children() -> None:
+    """This process was interrupted or terminated (a signal to it alone, as a job runner may send): each
+    build running in the pool is terminated too (SIGTERM, which each pool process turns into
+    ``Terminated``: the build unwinds, removing its staging and work folders and its converter worker,
+    and keeps its previous output) instead of running on unseen. Not SIGINT: a job started in the
+    background ignores it, and its pool processes inherit that."""
+    import signal
+
+    for child in multiprocessing.active_children():
+        if child.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGTERM)
+
+
+def _pool_process_init(forked: bool) -> None:
+    """In each process of the pool: SIGTERM stops its build cleanly (as in a single build); its builds
+    share one converter worker (one TensorFlow import per process, or none for a fork), which ends with
+    the process. A forked process forgets the exit handlers it inherited (the parent's to run, not its
+    own) and runs those its builds register when it ends (a fork ends without them: TensorFlow's
+    autograph removes its generated files from the temporary folder in such handlers)."""
+    import atexit
+    import signal
+    from multiprocessing import util
+
+    signal.signal(signal.SIGTERM, cancel.on_sigterm)
+    if forked:
+        atexit._clear()
+        util.Finalize(None, atexit._run_exitfuncs, exitpriority=0)
+    sharing = sharing_worker()
+    sharing.__enter__()
+    util.Finalize(None, sharing.__exit__, args=(None, None, None), exitpriority=10)
+
+
+def pool_context() -> multiprocessing.context.BaseContext:
+    """How ``build -j N`` (N > 1) starts its processes: where a fork is safe (Linux, as for the converter
+    worker), TensorFlow is imported here once and each process is this one forked, before anything starts
+    TensorFlow's runtime or a thread (the pool forks every process at its first task); each imports
+    nothing again and shares TensorFlow's pages with the others. Otherwise (or ``EDGECONV_WORKER=spawn``,
+    or TensorFlow missing: each build then reports it) they are new interpreters that import it each."""
+    from ._tf import import_tf
+    from .converters.tflite_export import can_fork
+
+    if sys.platform.startswith("linux") and os.environ.get("EDGECONV_WORKER", "fork") != "spawn":
+        try:
+            import_tf()
+        except EdgeconvError:
+            return multiprocessing.get_context("spawn")
+        if can_fork():
+            return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
