@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .. import cancel
 from .._tf import quiet_tf_env
@@ -32,6 +32,9 @@ from ..calibration.samples import Progress, SampleSet
 from ..errors import InternalError, ModelError
 from ..ir import FrozenGraph, source_layers
 from .tf_graph import save_serving_model
+
+if TYPE_CHECKING:
+    from ..config import QuantizationConfig
 
 WORKER = "edgeconv.converters._tflite_worker"
 EXIT_CONVERTER_ERROR = 2  # the worker's exit code when the converter rejected the model
@@ -433,3 +436,10 @@ def sharing_worker() -> Iterator[None]:
             yield
         finally:
             _SHARED_WORKER = None
+
+
+def export_options(q: QuantizationConfig, batch: int) -> Any:
+    """What the converter worker is asked for, from the pipeline's quantization section."""
+    return ExportOptions(q.io("input").value, q.io("output").value, q.per_channel, batch, mode=q.mode.value,
+                         keep_float=q.keep_float, engine=q.engine.value, int16_ops=q.int16_ops,
+                         range_percentile=q.range_percentile)

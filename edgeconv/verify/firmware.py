@@ -5,12 +5,14 @@ bit for bit)."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .. import report_model as rm
 from .._lazy import lazy_import
 from .._version import __version__
 from ..converters.tflite_reader import TFLiteModel
@@ -18,6 +20,9 @@ from .runner import TFLiteRunner
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from ..calibration.samples import SampleSet
+    from ..config import PipelineConfig
 else:
     np = lazy_import("numpy")
 
@@ -141,3 +146,46 @@ def _c_value(v: Any, ctype: str) -> str:
             return "INFINITY" if v > 0 else "-INFINITY"
         return f"{float(v)!r}f"
     return str(int(v))
+
+
+@dataclasses.dataclass(frozen=True)
+class FirmwareResult:
+    files: dict[str, bytes]
+    memory: rm.Memory
+    firmware: rm.Firmware
+
+
+def firmware_stage(config: PipelineConfig, model: TFLiteModel, data: bytes, evaluation: SampleSet | None,
+              batch: int) -> FirmwareResult:
+    """The C array, op-resolver header and golden vectors the pipeline asks for, and the memory estimate."""
+    from . import firmware, memory
+
+    files: dict[str, bytes] = {}
+    name = (config.output.c_array.name if config.output.c_array is not None and config.output.c_array.name
+            else f"{_c_name(config.build_name)}_model")
+    source = f"{config.build_name}.tflite"
+    listed: list[str] = []
+    if config.output.c_array is not None:
+        arrays = firmware.c_array(data, name, source=source, sha256=model.sha256,
+                                  cplusplus=config.output.c_array.language.value == "cc")
+        files.update({k: v.encode() for k, v in arrays.items()})
+        listed += list(arrays)
+    if config.output.op_resolver:
+        headers = firmware.op_resolver(model, name, source=source)
+        files.update({k: v.encode() for k, v in headers.items()})
+        listed += list(headers)
+    golden_meta = None
+    if config.output.golden is not None and evaluation is not None:
+        count = config.output.golden.samples
+        samples = list(evaluation.batches(batch, limit=count * batch))  # one model call each
+        golden_files, golden_meta = firmware.golden(data, samples, name, source=source,
+                                                    intermediates=config.output.golden.intermediates)
+        files.update(golden_files)
+        listed += list(golden_files)
+    return FirmwareResult(files, memory.estimate(model),
+                          {"files": listed, "c_name": name if listed else None, "golden": golden_meta})
+
+
+def _c_name(text: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_]", "_", text)
+    return name if not name[0].isdigit() else f"m_{name}"

@@ -266,7 +266,7 @@ def test_a_scope_covering_the_whole_graph_does_not_name_every_op() -> None:
 def test_an_output_the_converter_keeps_float_is_a_model_error_naming_the_op() -> None:
     """A TF 2.4-era audio model: the converter left one output float32 although int8 was asked for."""
     from edgeconv.errors import ModelError
-    from edgeconv.pipeline import _check_io_types
+    from edgeconv.converters.io_check import check_io_types
 
     from ..synthetic import Builder
 
@@ -276,9 +276,9 @@ def test_an_output_the_converter_keeps_float_is_a_model_error_naming_the_op() ->
     sg = dataclasses.replace(model.main, inputs=(x.index,), outputs=(spec.index,))
     model = dataclasses.replace(model, subgraphs=(sg,))
     with pytest.raises(ModelError) as info:
-        _check_io_types(model, "int8", "int8")
+        check_io_types(model, "int8", "int8")
     assert str(info.value) == (
         "the converter kept model output 'logmel' float32, not the configured int8 (written by op #0 "
         "CUSTOM:AudioSpectrogram 'logmel'): the model has an op the converter does not quantize there. Fix: set "
         "quantization.output_type: float32, or replace CUSTOM:AudioSpectrogram with an op the converter quantizes")
-    _check_io_types(model, "int8", "float32")  # what the fix says: no error
+    check_io_types(model, "int8", "float32")  # what the fix says: no error

@@ -1,0 +1,184 @@
+"""The verification stage: parity of the built model with the source model, the layers that add the most
+error, which to keep in float, and the repair search when the gates fail."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .. import report_model as rm
+from .. import verdict
+from ..calibration.checks import quantization_warnings
+from ..calibration.config import CalibrationConfig
+from ..calibration.samples import Progress, SampleSet
+from ..clock import Clock
+from ..config import PipelineConfig
+from ..converters.model import LoadedModel
+from ..converters.tflite_export import export_options
+from ..converters.tflite_reader import TFLiteModel, parse_tflite
+from ..errors import ModelError
+from ..targets.checker import check_model
+from ..targets.target import Target
+
+log = logging.getLogger("edgeconv")
+
+
+@dataclasses.dataclass(frozen=True)
+class Verification:
+    """What parity on the built model found: its report sections and its checks."""
+
+    parity: rm.Parity | None = None
+    culprits: list[rm.Culprit] | None = None
+    op_errors: list[rm.Culprit] | None = None  # every op's, for the Model Explorer overlay
+    keep_float_suggestion: rm.KeepFloatSuggestion | None = None
+    checks: tuple[verdict.Check, ...] = ()
+    repair: rm.Repair | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Repairing:
+    """What the repair search needs from the build: the targets, a way to draw calibration data anew (with
+    a counter for its folder), and the clock that shows it as a stage."""
+
+    targets: Sequence[Target]
+    recollect: Callable[[CalibrationConfig, int], SampleSet]
+    clock: Clock
+    expected: Mapping[str, tuple[float, float]]  # the declared input ranges the inputs' quantization is checked on
+
+
+SOURCE_CHUNK = 256  # samples per call of the source model in parity (when it takes any batch)
+
+
+def verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, converter: Any, calib: SampleSet,
+            evaluation: SampleSet | None, exported: Any, model: TFLiteModel, suggest_keep_float: bool,
+            progress: Progress | None, limits: verdict.Limits, repairing: Repairing | None = None) -> Verification:
+    """Parity on the evaluation data (or, without any, on the calibration samples: no build goes
+    unchecked), the layers that add the most error, and (asked for) which layers to keep in float;
+    with the agreement, accuracy and float-conversion checks."""
+    from ..converters.tflite_export import ExportOptions
+    from . import culprits, parity
+    from .runner import TFLiteRunner
+
+    q = config.quantization
+    batch = config.model.batch_size
+    if not config.verify.parity:
+        return Verification()
+    samples = evaluation if evaluation is not None else calib
+    log.info("parity: comparing the source model, the float .tflite and the built .tflite on %d %s samples",
+             samples.count, samples.role)
+    # With evaluation data the float .tflite is converted with the build (same worker) and must match the
+    # source; on the calibration samples only the built model is compared with the source model.
+    float_tflite = exported.float_tflite
+    shapes = {o.name: tuple(o.shape) for o in loaded.graph.outputs}
+    labels = samples.label_values() if samples.labels else None
+
+    # The source model's outputs, batch by batch: computed once, compared again by every keep-float trial.
+    # A reference that takes any number of samples runs them in chunks (one call per SOURCE_CHUNK samples).
+    source_outputs: list[dict[str, Any]] = []
+    chunk = max(1, SOURCE_CHUNK // batch) * batch if loaded.any_batch else batch
+    chunks = samples.batches(chunk, partial=True)
+
+    def measure(data: bytes, *, with_float: bool = False) -> rm.Parity:
+        runs = {"tflite_float": TFLiteRunner(float_tflite).run} if with_float and float_tflite is not None else {}
+        runs["built"] = TFLiteRunner(data).run
+        step = itertools.count()
+
+        def source(feeds: Mapping[str, Any]) -> dict[str, Any]:
+            k = next(step)
+            if k == len(source_outputs):
+                outputs = reference(next(chunks))
+                size = len(next(iter(outputs.values())))
+                source_outputs.extend({o: v[i:i + batch] for o, v in outputs.items()} for i in range(0, size, batch))
+            return source_outputs[k]
+
+        return {**parity.measure(source, runs, samples.batches(batch), shapes, labels, config.verify.outputs),
+                "data": samples.role}
+
+    result = measure(exported.tflite, with_float=True)
+    # The INT8 model's agreement first: when both fail, that is the line the user reads.
+    checks = verdict.agreement_checks(result, limits)
+    if float_tflite is not None:
+        checks += parity.float_conversion_checks(result, config.verify.float_tolerance, len(model.ops))
+    final = [model.main.tensors[i].name for i in model.main.outputs]
+    # A dequantized float output is fed by the quantized op's tensor: that op ends the model too.
+    final += [op.inputs[0].name for op in model.ops if op.type == "DEQUANTIZE" and op.inputs[0] is not None
+              and op.outputs[0].name in final]
+    ranked = culprits.rank(exported.layers, loaded.graph.layer_names(), final) if exported.layers else None
+    suggestion = None
+    if (suggest_keep_float or config.verify.suggest_keep_float) and ranked:
+        def trial(patterns: list[str]) -> tuple[list[str], dict[str, Any]]:
+            log.info("suggest-keep-float: trying %d op(s) in float", len(patterns))
+            options = ExportOptions("float32", "float32", q.per_channel, batch, mode=q.mode.value,
+                                    keep_float=tuple(patterns))
+            data = converter.convert(calib, options, f"keep{len(patterns)}").tflite
+            measured = measure(data)
+            accuracy = measured["accuracy"]
+            cost = {"bytes": len(data), "accuracy": accuracy.get("built") if accuracy is not None else None,
+                    "sqnr_db": {o: m["built"]["sqnr_db"] for o, m in measured["outputs"].items()}}
+            return verdict.failed_sentences(verdict.agreement_checks(measured, limits)), cost
+
+        suggestion = culprits.suggest(ranked, config.verify.max_keep_float, trial)
+    found = None
+    if repairing is not None and any(c.outcome.fails for c in checks
+                                     if c.kind in (verdict.Kind.AGREEMENT, verdict.Kind.ACCURACY)):
+        found = _repair(config, repairing, converter, calib, evaluation, measure, ranked, limits, progress)
+    return Verification(result, ranked[:config.verify.culprits] if ranked is not None else None, ranked,
+                        suggestion, tuple(checks), found)
+
+
+def _repair(config: PipelineConfig, repairing: Repairing, converter: Any, calib: SampleSet,
+            evaluation: SampleSet | None, measure: Callable[[bytes], rm.Parity], ranked: list[rm.Culprit] | None,
+            limits: verdict.Limits,
+            progress: Progress | None) -> rm.Repair:
+    """The repair search (edgeconv/verify/repair.py): each candidate converted by the build's converter
+    worker, measured on the build's samples, checked against every target and the inputs' ranges."""
+    from . import repair
+
+    repairing.clock.lap("verify")
+    repairing.clock.begin("repair: searching")
+    targets = repairing.targets
+    count = itertools.count(1)
+
+    def trial(candidate: repair.Candidate) -> repair.TrialResult:
+        n = next(count)
+        patched = repair.apply(config, candidate.change)
+        pq = patched.quantization
+        data = (calib if patched.calibration is None or patched.calibration == config.calibration
+                else repairing.recollect(patched.calibration, n))
+        options = export_options(pq, config.model.batch_size)
+        try:
+            built = converter.convert(data, options, f"repair{n}", progress).tflite
+        except ModelError as exc:  # the change does not apply to this model (a pattern matches no op): a failed trial
+            return repair.TrialResult([f"the conversion failed: {exc}"], 0, None, {}, {},
+                                      {t.name: 0.0 for t in targets})
+        measured = measure(built)
+        model = parse_tflite(built, f"repair trial {n}")
+        results = tuple(check_model(model, t) for t in targets)
+        # The inputs' quantization judged as the build judges it: a trial that clips its inputs fails here too.
+        findings = quantization_warnings(model, expected=repairing.expected, evaluation=evaluation,
+                                         percentile=pq.range_percentile)
+        failed = verdict.failed_sentences([*verdict.agreement_checks(measured, limits),
+                                           *verdict.target_checks(results, limits),
+                                           *verdict.calibration_checks(findings, limits)])
+        accuracy = measured["accuracy"]
+        return repair.TrialResult(
+            failed, len(built), accuracy.get("built") if accuracy is not None else None,
+            {o: m["built"]["sqnr_db"] for o, m in measured["outputs"].items()},
+            {o: m["built"]["top1_agreement"] for o, m in measured["outputs"].items()},
+            {r.target.name: round(r.shares()["macs"], 4) for r in results})
+
+    cands, skipped = repair.candidates(
+        config, no_float=[t.name for t in targets if not t.quantization.float_fallback],
+        no_int16=[t.name for t in targets if "int16x8" not in t.quantization.modes], available=calib.available,
+        used=calib.count, ranked=ranked, max_keep_float=config.verify.max_keep_float,
+        quantizer=repair.quantizer_problem(config))
+    log.info("repair: the gates fail; %d change(s) to try (repair.max_trials %d)", len(cands),
+             config.repair.max_trials)
+    found = repair.search(cands, trial, max_trials=config.repair.max_trials,
+                          max_seconds=config.repair.max_minutes * 60, pipeline=config.source, skipped=skipped,
+                          log=log.info)
+    repairing.clock.lap("repair")
+    return found
