@@ -304,7 +304,7 @@ def _what_was_written() -> str:
 
 def _crash(exc: Exception) -> int:
     """A bug, or the toolchain failing: one line, and the traceback in a log outside every output folder."""
-    from .many import crash_log, crash_words
+    from .crash import crash_log, crash_words
 
     _say_crash(crash_words(exc), crash_log(exc))
     return EXIT_INTERNAL

@@ -144,12 +144,13 @@ def overlays_for(path: Path, targets: Sequence[str] | None, scratch: Path) -> Ov
         return Overlays(model_path, tuple(_order(sorted(folder.glob("*.json")), targets or names)), kept)
     if path.suffix.lower() != ".tflite":
         raise ConfigError([f"{rel(path)}: give a build's output folder or a .tflite file"])
-    from .config import GatesConfig
-    from .pipeline import check
+    from .report import targets_json
+    from .targets import load_target
+    from .targets.checker import check_model
 
     names = list(targets or ["generic-int8"])
-    result = check(path, names, GatesConfig())
-    _write(scratch, node_data(result.model, result.to_json()))
+    model = read_tflite(path)
+    _write(scratch, node_data(model, targets_json(check_model(model, load_target(n)) for n in names)))
     return Overlays(path, tuple(_order(sorted((scratch / FOLDER).glob("*.json")), names)), kept=False)
 
 

@@ -18,7 +18,6 @@ import multiprocessing.context
 import os
 import sys
 import time
-import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,7 +25,8 @@ from typing import TYPE_CHECKING
 from . import cancel
 from .ci import Outcome
 from .converters.tflite_export import sharing_worker
-from .errors import EdgeconvError, InternalError
+from .crash import crash_log, crash_words
+from .errors import EdgeconvError
 from .exit_codes import Exit
 
 if TYPE_CHECKING:
@@ -62,31 +62,6 @@ def expand(patterns: Sequence[str]) -> list[Path]:
         else:
             paths.append(Path(pattern))
     return list(dict.fromkeys(paths))
-
-
-def crash_log(exc: BaseException) -> Path:
-    """A bug, or the toolchain failing: the traceback (and the failing stage's output) in a log outside
-    every output folder. Returns its path."""
-    import platform
-    import tempfile
-
-    from ._version import __version__
-    from .output import crash_log_dir, write_crash_log
-
-    text = (f"edgeconv {__version__}, Python {platform.python_version()}, {platform.platform()}\n"
-            f"argv: {sys.argv}\n\n" + "".join(traceback.format_exception(exc)))
-    if isinstance(exc, InternalError) and exc.log:
-        text += f"\n--- output of the failing stage ---\n{exc.log}\n"
-    path = write_crash_log(crash_log_dir(), text)
-    if path is None:
-        with tempfile.NamedTemporaryFile("w", prefix="edgeconv-crash-", suffix=".log", delete=False) as handle:
-            handle.write(text)
-        path = Path(handle.name)
-    return path
-
-
-def crash_words(exc: BaseException) -> str:
-    return str(exc) if isinstance(exc, InternalError) else f"{type(exc).__name__}: {exc}"
 
 
 def build_one(path: Path, options: BuildOptions, display: Display | None = None

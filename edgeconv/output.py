@@ -321,34 +321,3 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
-
-
-def crash_log_dir() -> Path:
-    """Where crash logs go: ``$EDGECONV_LOG_DIR``, else ``logs`` in the build cache folder. Never an output
-    folder: a crash must not touch the last good release."""
-    from .cache import default_dir
-
-    return Path(os.environ["EDGECONV_LOG_DIR"]) if os.environ.get("EDGECONV_LOG_DIR") else default_dir() / "logs"
-
-
-KEEP_CRASH_LOGS = 20
-
-
-def write_crash_log(folder: Path, text: str) -> Path | None:
-    """Write a crash log into ``folder`` (created if needed), keeping the newest KEEP_CRASH_LOGS; None when
-    impossible (the caller falls back to the temporary folder)."""
-    import datetime
-
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
-        handle, name = tempfile.mkstemp(prefix=f"edgeconv-crash-{stamp}-", suffix=".log", dir=folder)
-        with os.fdopen(handle, "w") as f:
-            f.write(text)
-        log_path = Path(name)
-        old = sorted(folder.glob("edgeconv-crash-*.log"), key=lambda p: p.stat().st_mtime)[:-KEEP_CRASH_LOGS]
-        for p in old:
-            p.unlink(missing_ok=True)
-        return log_path
-    except OSError:
-        return None

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from edgeconv import OutputError, cancel
-from edgeconv.output import MARKER, check_writable, commit, write_crash_log
+from edgeconv.crash import write_crash_log
+from edgeconv.output import MARKER, check_writable, commit
 
 from ..conftest import tree
 
@@ -84,7 +85,7 @@ def test_crash_logs_go_to_their_own_folder_and_do_not_pile_up(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from edgeconv.output import KEEP_CRASH_LOGS, crash_log_dir
+    from edgeconv.crash import KEEP_CRASH_LOGS, crash_log_dir
 
     monkeypatch.setenv("EDGECONV_LOG_DIR", str(tmp_path / "logs"))
     assert crash_log_dir() == tmp_path / "logs"

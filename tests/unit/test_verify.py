@@ -265,8 +265,8 @@ def test_a_scope_covering_the_whole_graph_does_not_name_every_op() -> None:
 
 def test_an_output_the_converter_keeps_float_is_a_model_error_naming_the_op() -> None:
     """A TF 2.4-era audio model: the converter left one output float32 although int8 was asked for."""
-    from edgeconv.errors import ModelError
     from edgeconv.converters.io_check import check_io_types
+    from edgeconv.errors import ModelError
 
     from ..synthetic import Builder
 
