@@ -29,6 +29,12 @@ from .exit_codes import Exit
 EXIT_OK, EXIT_GATE, EXIT_USER, EXIT_INTERNAL = Exit.OK, Exit.GATE, Exit.USER, Exit.INTERNAL
 
 
+def _arg(parser: Any, *names: str, **options: Any) -> Any:
+    """``parser.add_argument``, typed so that argcomplete's ``completer`` can be set on what it returns
+    (argparse's Action has no such field)."""
+    return parser.add_argument(*names, **options)
+
+
 def _files(*suffixes: str) -> Any:
     """Shell completion (argcomplete) of paths: folders, and files with these suffixes."""
     def complete(prefix: str, **_: Any) -> list[str]:
@@ -76,9 +82,9 @@ def _parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=[common], **kwargs)
 
     b = command("build", help="run pipelines: convert, quantize, check, write the output folders")
-    b.add_argument("pipelines", type=str, nargs="+", metavar="PIPELINE",
+    _arg(b, "pipelines", type=str, nargs="+", metavar="PIPELINE",
                    help="pipeline file(s) (pipeline.yaml); a quoted glob ('models/*.yaml') is expanded"
-                   ).completer = _files(".yaml", ".yml")  # type: ignore[attr-defined]
+                   ).completer = _files(".yaml", ".yml")
     b.add_argument("--out", type=Path, help="output folder (default: output.dir of the pipeline; one pipeline only)")
     b.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
                    help="build N pipelines at a time, each in its own process (default 1)")
@@ -104,17 +110,17 @@ def _parser() -> argparse.ArgumentParser:
                         "until the parity gates pass (as verify.suggest_keep_float)")
 
     v = command("validate", help="validate pipeline files (no TensorFlow needed)")
-    pipelines = v.add_argument("pipelines", type=Path, nargs="+", metavar="PIPELINE")
-    pipelines.completer = _files(".yaml", ".yml")  # type: ignore[attr-defined]
+    pipelines = _arg(v, "pipelines", type=Path, nargs="+", metavar="PIPELINE")
+    pipelines.completer = _files(".yaml", ".yml")
 
     c = command("check", help="check a .tflite against targets, or list an .onnx model's ops (no "
                                "TensorFlow needed)")
-    c.add_argument("model", type=Path, help=".tflite file, or .onnx file (ops listed, custom domains and ops "
+    _arg(c, "model", type=Path, help=".tflite file, or .onnx file (ops listed, custom domains and ops "
                                             "ONNX does not define flagged; no target rules for ONNX yet)"
-                   ).completer = _files(".tflite", ".onnx")  # type: ignore[attr-defined]
-    c.add_argument("--target", action="append", dest="targets", metavar="NAME",
+                   ).completer = _files(".tflite", ".onnx")
+    _arg(c, "--target", action="append", dest="targets", metavar="NAME",
                    help="target name (repeatable; default generic-int8)"
-                   ).completer = _target_names  # type: ignore[attr-defined]
+                   ).completer = _target_names
     c.add_argument("--format", choices=("text", "json", "md"), default="text")
     c.add_argument("--max-cpu-fallback", type=int, metavar="N",
                    help="fail (exit 1) when more than N ops of a target fall back to the CPU")
@@ -132,30 +138,30 @@ def _parser() -> argparse.ArgumentParser:
                    help="fail when the tensor-arena estimate grew by more than this share")
     d.add_argument("--max-accuracy-regression", type=float, metavar="F",
                    help="fail when the built model's accuracy fell by more than F (0..1)")
-    d.add_argument("--no-new-fallback", action="append", default=[], metavar="TARGET",
+    _arg(d, "--no-new-fallback", action="append", default=[], metavar="TARGET",
                    help="fail when an op type newly falls back or is unsupported on TARGET (repeatable)"
-                   ).completer = _target_names  # type: ignore[attr-defined]
+                   ).completer = _target_names
 
     t = sub.add_parser("targets", help="list the built-in targets or show one target's rules")
     tsub = t.add_subparsers(dest="action", required=True)
     tsub.add_parser("list", parents=[common], help="list built-in targets")
     show = tsub.add_parser("show", parents=[common],
                            help="print a target's rules as text, each rule once with the ops it applies to")
-    show.add_argument("name").completer = _target_names  # type: ignore[attr-defined]
-    show.add_argument("--op", metavar="NAME", help="only the rules of this op (e.g. CONV_2D), with their full ids"
-                      ).completer = _op_names  # type: ignore[attr-defined]
+    _arg(show, "name").completer = _target_names
+    _arg(show, "--op", metavar="NAME", help="only the rules of this op (e.g. CONV_2D), with their full ids"
+                      ).completer = _op_names
 
     p = sub.add_parser("passes", help="list the graph passes")
     p.add_subparsers(dest="action", required=True).add_parser("list", parents=[common], help="list passes")
 
     w = command("view", help="open a build (or a .tflite) in Model Explorer with each target's verdict and the "
                              "per-op quantization error on the graph (needs the view extra)")
-    w.add_argument("path", type=Path, metavar="BUILD_DIR|MODEL",
+    _arg(w, "path", type=Path, metavar="BUILD_DIR|MODEL",
                    help="a build's output folder (its report.json, model and explorer/ overlays), or a .tflite "
-                        "checked now").completer = _files(".tflite")  # type: ignore[attr-defined]
-    w.add_argument("--target", action="append", dest="targets", metavar="NAME",
+                        "checked now").completer = _files(".tflite")
+    _arg(w, "--target", action="append", dest="targets", metavar="NAME",
                    help="only this target's overlays (repeatable; default: every target of the build, or "
-                        "generic-int8 for a .tflite)").completer = _target_names  # type: ignore[attr-defined]
+                        "generic-int8 for a .tflite)").completer = _target_names
     w.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1: this machine only)")
     w.add_argument("--port", type=int, default=0, help="port to serve on (default: a free one)")
     w.add_argument("--no-browser", action="store_true", help="print the address; do not open a browser")
