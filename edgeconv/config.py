@@ -26,11 +26,11 @@ from .calibration.config import HARD_FLOOR, SOURCE_KEYS, CalibrationConfig, Data
 from .calibration.sources import folder_kinds
 from .diff import RegressionGates
 from .errors import ConfigError, allowed_list, did_you_mean, rel
+from .gates import DEFAULT_GATES
 from .passes import PASSES, GraphPass
 from .targets import builtin_target_names, is_target_file, load_target
 from .targets.vela import INSTALL_HINT as VELA_HINT
 from .targets.vela import vela_available
-from .verdict import DEFAULT_GATES, DEFAULTS, Limits
 
 SCHEMA_VERSION = 1
 
@@ -598,49 +598,6 @@ def _gate_lines(root: yaml.Node) -> dict[str, int]:
     if isinstance(verify, yaml.MappingNode) and verify is not root:
         lines.update({f"verify.{k.value}": _yaml.line_of(k) for k, _ in verify.value})
     return lines
-
-
-def gate_limits(config: PipelineConfig) -> Limits:
-    """The thresholds in force: the pipeline's, else the strict defaults, minus the default gates it turned
-    off; a note for every default it loosened or turned off, with its line."""
-    g = config.gates
-    lines = config.gate_lines
-
-    def where(key: str) -> str:
-        return f"{rel(config.source)} line {lines[key]}" if key in lines else rel(config.source)
-
-    notes: list[str] = []
-    off = set(g.disable)
-    notes += [f"default gate '{name}' disabled in {where('disable')} (gates.disable)" for name in g.disable]
-    if not config.verify.parity and config.model.resolved_format() is not ModelFormat.TFLITE:
-        notes.append(f"the agreement and accuracy gates are not checked: verify.parity is false in "
-                     f"{where('verify.parity')}")
-
-    def pick(key: str, gate: str, looser: Any) -> Any:
-        value = getattr(g, key)
-        if value is None:
-            return None if gate in off else DEFAULTS[key]
-        if looser(value, DEFAULTS[key]):
-            notes.append(f"gates.{key} = {value:g} is looser than the default {DEFAULTS[key]:g} ({where(key)})")
-        return value
-
-    accelerators = {t.name for t in (load_target(name) for name in config.targets) if t.accelerator}
-    for name, share in g.min_supported_mac_share.items():
-        if name in accelerators and share < DEFAULTS["min_accelerator_mac_share"]:
-            notes.append(f"gates.min_supported_mac_share.{name} = {share:g} is looser than the default "
-                         f"{DEFAULTS['min_accelerator_mac_share']:g} for an accelerator "
-                         f"({where('min_supported_mac_share')})")
-    return Limits(
-        max_accuracy_drop=pick("max_accuracy_drop", "accuracy", lambda v, d: v > d),
-        min_top1_agreement=pick("min_top1_agreement", "agreement", lambda v, d: v < d),
-        min_sqnr_db=pick("min_sqnr_db", "agreement", lambda v, d: v < d),
-        min_cosine=g.min_cosine,
-        calibration_findings_fail="calibration" not in off,
-        calibration_warnings_fail=g.fail_on_calibration_warnings,
-        min_accelerator_mac_share=None if "accelerator" in off else DEFAULTS["min_accelerator_mac_share"],
-        max_cpu_fallback_ops=dict(g.max_cpu_fallback_ops), min_supported_mac_share=dict(g.min_supported_mac_share),
-        fail_on_warnings=g.fail_on_warnings, max_arena_bytes=g.max_arena_bytes, max_flash_bytes=g.max_flash_bytes,
-        notes=tuple(notes))
 
 
 def _node_at(node: yaml.Node, *keys: str) -> yaml.Node:

@@ -34,7 +34,6 @@ from .config import (
     ModelFormat,
     PipelineConfig,
     QuantEngine,
-    gate_limits,
     load_pipeline,
     resolved_yaml,
 )
@@ -44,6 +43,7 @@ from .converters.tflite_reader import TFLiteModel, parse_tflite, read_tflite
 from .diff import diff, load_report, regressions
 from .errors import ConfigError, OutputError, did_you_mean, rel
 from .exit_codes import Exit, of_gate
+from .gates import check_limits, gate_limits
 from .passes import PassResult
 from .passes.graph import canonical
 from .report_sections import artifacts, data_json, head, model_json, quantization_json
@@ -113,10 +113,7 @@ def check(model_path: str | Path, targets: Sequence[str] = ("generic-int8",),
               len(model.subgraphs), sum(len(s.tensors) for s in model.subgraphs), (time.perf_counter() - start) * 1e3)
     results = tuple(check_model(model, t) for t in loaded)
     log.debug("checked against %s in %.0f ms", ", ".join(t.name for t in loaded), (time.perf_counter() - start) * 1e3)
-    g = gates or GatesConfig()
-    limits = verdict.Limits(max_cpu_fallback_ops=dict(g.max_cpu_fallback_ops),
-                            min_supported_mac_share=dict(g.min_supported_mac_share),
-                            fail_on_warnings=g.fail_on_warnings)
+    limits = check_limits(gates or GatesConfig())
     return CheckResult(model, results, verdict.Verdict(tuple(verdict.target_checks(results, limits))).to_json())
 
 

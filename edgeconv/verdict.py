@@ -21,6 +21,8 @@ from typing import Any
 
 from . import report_model as rm
 from .exit_codes import of_gate
+from .gates import DEFAULTS as DEFAULTS
+from .gates import Limits as Limits
 from .targets.checker import TargetResult
 from .targets.checker import Verdict as TargetVerdict
 from .targets.target import OpStatus
@@ -96,40 +98,6 @@ class Verdict:
     @classmethod
     def from_json(cls, gate: Mapping[str, Any]) -> Verdict:
         return cls(tuple(Check.from_json(c) for c in gate.get("checks", [])))
-
-
-# -- the default gates ------------------------------------------------------------------------
-# What practitioners accept for INT8 post-training quantization (README "Default gates" says why):
-# healthy INT8 CNNs lose well under a point of accuracy and keep 25-45 dB SQNR at their outputs
-# (the shipped example: 0.00 points, 43 dB); a broken calibration costs tens of points and lands in
-# single-digit dB. The limits leave room for sampling noise on a few hundred evaluation samples.
-DEFAULTS: Mapping[str, float] = {
-    "max_accuracy_drop": 0.03,  # 3 percentage points of task accuracy (labels)
-    "min_top1_agreement": 0.90,  # classifier outputs: top-1 class of the built model = the float model's
-    "min_sqnr_db": 20.0,  # every output: signal 10x the quantization noise in amplitude
-    "min_accelerator_mac_share": 0.5,  # accelerator targets: at least half the MACs on the accelerator
-}
-DEFAULT_GATES = ("accuracy", "agreement", "calibration", "accelerator")
-
-
-@dataclasses.dataclass(frozen=True)
-class Limits:
-    """The thresholds in force for one build: the pipeline's own, else the defaults, minus the default
-    gates it turned off. ``notes`` say every default the pipeline loosened or turned off, and where."""
-
-    max_accuracy_drop: float | None = DEFAULTS["max_accuracy_drop"]
-    min_top1_agreement: float | None = DEFAULTS["min_top1_agreement"]
-    min_sqnr_db: float | None = DEFAULTS["min_sqnr_db"]
-    min_cosine: float | None = None
-    calibration_findings_fail: bool = True  # the severe calibration findings fail the build
-    calibration_warnings_fail: bool = False  # every calibration finding fails (gates.fail_on_calibration_warnings)
-    min_accelerator_mac_share: float | None = DEFAULTS["min_accelerator_mac_share"]
-    max_cpu_fallback_ops: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    min_supported_mac_share: Mapping[str, float] = dataclasses.field(default_factory=dict)
-    fail_on_warnings: bool = False
-    max_arena_bytes: int | None = None
-    max_flash_bytes: int | None = None
-    notes: tuple[str, ...] = ()
 
 
 # -- checks of each kind ------------------------------------------------------------------------

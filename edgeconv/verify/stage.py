@@ -20,6 +20,7 @@ from ..converters.model import LoadedModel
 from ..converters.tflite_export import export_options
 from ..converters.tflite_reader import TFLiteModel, parse_tflite
 from ..errors import ModelError
+from ..gates import Limits
 from ..targets.checker import check_model
 from ..targets.target import Target
 
@@ -54,7 +55,7 @@ SOURCE_CHUNK = 256  # samples per call of the source model in parity (when it ta
 
 def verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, converter: Any, calib: SampleSet,
             evaluation: SampleSet | None, exported: Any, model: TFLiteModel, suggest_keep_float: bool,
-            progress: Progress | None, limits: verdict.Limits, repairing: Repairing | None = None) -> Verification:
+            progress: Progress | None, limits: Limits, repairing: Repairing | None = None) -> Verification:
     """Parity on the evaluation data (or, without any, on the calibration samples: no build goes
     unchecked), the layers that add the most error, and (asked for) which layers to keep in float;
     with the agreement, accuracy and float-conversion checks."""
@@ -131,7 +132,7 @@ def verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, converte
 
 def _repair(config: PipelineConfig, repairing: Repairing, converter: Any, calib: SampleSet,
             evaluation: SampleSet | None, measure: Callable[[bytes], rm.Parity], ranked: list[rm.Culprit] | None,
-            limits: verdict.Limits,
+            limits: Limits,
             progress: Progress | None) -> rm.Repair:
     """The repair search (edgeconv/verify/repair.py): each candidate converted by the build's converter
     worker, measured on the build's samples, checked against every target and the inputs' ranges."""

@@ -647,7 +647,7 @@ def test_repair_keeps_the_lines_of_loosened_gate_notes(tmp_path: Path) -> None:
     keep their file and line (dataclasses.replace dropped them: the line was an undeclared attribute)."""
     import numpy as np
 
-    from edgeconv.config import gate_limits
+    from edgeconv.gates import gate_limits
     from edgeconv.pipeline import _with_repair
     from edgeconv.verify.repair import apply
 
