@@ -46,7 +46,7 @@ from .exit_codes import Exit, of_gate
 from .gates import check_limits, gate_limits
 from .passes import PassResult
 from .passes.graph import canonical
-from .report_sections import artifacts, data_json, head, model_json, quantization_json
+from .report_sections import assemble, data_json, model_json, quantization_json
 from .targets import is_target_file, load_target
 from .targets.checker import TargetResult, check_model
 from .targets.describe import quantization_line
@@ -428,30 +428,17 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
               *verification.checks, *repair_checks, *(onnx.checks if onnx is not None else ()),
               *verdict.memory_checks(fw.memory, limits))
     clock.lap("onnx" if config.output.onnx is not None else "report")
-    body: rm.Report = {
-        **head(config, out_dir),
-        "model": model_json(config, out_dir, loaded.format, loaded.framework, loaded.graph.inputs,
-                             loaded.graph.outputs, len(loaded.graph.layers), loaded.notes),
-        "artifacts": artifacts(config, model, overlays),
-        "passes": [report.pass_json(p) for p in pass_results],
-        "equivalence": equivalence,
-        "quantization": quantization_json(config, out_dir, calib if cal_cfg is not None else None, warnings,
-                                           targets),
-        "evaluation": data_json(evaluation, out_dir) if evaluation is not None else None,
-        "tflite": report.model_json(model),
-        "targets": targets_json,
-        "gate": verdict.Verdict(checks).to_json(),
-        "memory": fw.memory,
-        "firmware": fw.firmware,
-        "parity": verification.parity,
-        "culprits": verification.culprits,
-        "keep_float_suggestion": verification.keep_float_suggestion,
-        "repair": found,
-        "invoke": runs,
-        "onnx": onnx.section if onnx is not None else None,
-        "baseline": None,
-        "timings": clock.to_json(),
-    }
+    body = assemble(
+        config, out_dir, tflite=model, targets=targets_json, gate=verdict.Verdict(checks).to_json(), memory=fw.memory,
+        firmware=fw.firmware, overlays=overlays,
+        model=model_json(config, out_dir, loaded.format, loaded.framework, loaded.graph.inputs,
+                         loaded.graph.outputs, len(loaded.graph.layers), loaded.notes),
+        passes=[report.pass_json(p) for p in pass_results], equivalence=equivalence,
+        quantization=quantization_json(config, out_dir, calib if cal_cfg is not None else None, warnings, targets),
+        evaluation=data_json(evaluation, out_dir) if evaluation is not None else None,
+        parity=verification.parity, culprits=verification.culprits,
+        keep_float_suggestion=verification.keep_float_suggestion, repair=found, invoke=runs,
+        onnx=onnx.section if onnx is not None else None, timings=clock.to_json())
     if baseline is not None:
         body = _against_baseline(body, baseline, checks, config)
     graph_io = ([i.node for i in loaded.graph.inputs], [canonical(o.tensor) for o in loaded.graph.outputs])
@@ -512,28 +499,8 @@ def _check_existing(config: PipelineConfig, out_dir: Path, targets: list[Target]
     checks = (*verdict.target_checks(results, limits),
               *(verdict.off(f"{i}", note) for i, note in enumerate(limits.notes)),
               *verdict.memory_checks(fw.memory, limits))
-    body: rm.Report = {
-        **head(config, out_dir),
-        "model": source,
-        "artifacts": artifacts(config, model, overlays),
-        "passes": [],
-        "equivalence": None,
-        "quantization": None,
-        "evaluation": None,
-        "tflite": io,
-        "targets": targets_json,
-        "gate": verdict.Verdict(checks).to_json(),
-        "memory": fw.memory,
-        "firmware": fw.firmware,
-        "parity": None,
-        "culprits": None,
-        "keep_float_suggestion": None,
-        "repair": None,
-        "invoke": None,
-        "onnx": None,
-        "baseline": None,
-        "timings": None,
-    }
+    body = assemble(config, out_dir, model=source, tflite=model, targets=targets_json,
+                    gate=verdict.Verdict(checks).to_json(), memory=fw.memory, firmware=fw.firmware, overlays=overlays)
     if baseline is not None:
         body = _against_baseline(body, baseline, checks, config)
     return _commit(config, out_dir, tflite_name, data, body, results, None, {**fw.files, **overlays})

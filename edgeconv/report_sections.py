@@ -105,3 +105,37 @@ def artifacts(config: PipelineConfig, model: TFLiteModel, overlays: Mapping[str,
         "resolved_pipeline": {"path": "pipeline.resolved.yaml"},
         "explorer": [{"path": name} for name in overlays],
     }
+
+
+def assemble(config: PipelineConfig, out_dir: Path, *, model: rm.ModelSection, tflite: TFLiteModel,
+             targets: list[rm.TargetVerdict], gate: rm.Gate, memory: rm.Memory, firmware: rm.Firmware,
+             overlays: Mapping[str, bytes], passes: list[rm.PassSection] | None = None,
+             equivalence: rm.Equivalence | None = None, quantization: rm.Quantization | None = None,
+             evaluation: rm.Data | None = None, parity: rm.Parity | None = None,
+             culprits: list[rm.Culprit] | None = None, keep_float_suggestion: rm.KeepFloatSuggestion | None = None,
+             repair: rm.Repair | None = None, invoke: rm.Invoke | None = None, onnx: rm.Onnx | None = None,
+             timings: rm.Timings | None = None) -> rm.Report:
+    """The report, the one place it is put together (a build, or the checks of an existing .tflite): the
+    stages' sections, the head and the artifacts; a section a build has no stage for is null."""
+    return {
+        **head(config, out_dir),
+        "model": model,
+        "artifacts": artifacts(config, tflite, overlays),
+        "passes": passes if passes is not None else [],
+        "equivalence": equivalence,
+        "quantization": quantization,
+        "evaluation": evaluation,
+        "tflite": report.model_json(tflite),
+        "targets": targets,
+        "gate": gate,
+        "memory": memory,
+        "firmware": firmware,
+        "parity": parity,
+        "culprits": culprits,
+        "keep_float_suggestion": keep_float_suggestion,
+        "repair": repair,
+        "invoke": invoke,
+        "onnx": onnx,
+        "baseline": None,
+        "timings": timings,
+    }
