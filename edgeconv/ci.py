@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import verdict
 from .errors import rel
 from .exit_codes import WORDS
 
@@ -75,7 +76,7 @@ def checks_markdown(outcomes: Sequence[Outcome]) -> str:
         if o.report is None:
             continue
         cases = sorted(_cases(o.report), key=lambda nc: order.get(nc[1]["outcome"], 1))
-        failed = sum(c["outcome"] in ("fail", "error") for _, c in cases)
+        failed = sum(verdict.fails(c["outcome"]) for _, c in cases)
         title = f"{rel(o.pipeline)} ({o.name}): {len(cases)} checks, {failed} failed (JUnit)"
         lines += ["", f"<details{' open' if failed else ''}><summary>{title}</summary>", "",
                   "| check | result | |", "|---|---|---|"]
@@ -111,7 +112,7 @@ def junit_xml(outcomes: Sequence[Outcome]) -> str:
                 if c["outcome"] == "off":
                     ET.SubElement(case, "skipped", message=c["sentence"])
                     skipped += 1
-                elif c["outcome"] in ("fail", "error"):
+                elif verdict.fails(c["outcome"]):
                     failure = ET.SubElement(case, "failure", type=c["kind"], message=c["sentence"])
                     detail = _op_lines(targets[c["target"]]) if c["kind"] == "target" and c["target"] in targets else []
                     failure.text = "\n".join([c["sentence"], *detail])
@@ -132,8 +133,8 @@ def junit_xml(outcomes: Sequence[Outcome]) -> str:
 
 def summary_markdown(outcomes: Sequence[Outcome]) -> str:
     """One table for every pipeline, then what failed and why; for a step summary or a PR comment."""
-    verdict = EXIT_WORDS.get(worst(outcomes), "crash").upper()
-    lines = [f"## edgeconv: {verdict}", "", "| pipeline | result | size | targets | parity | report |",
+    word = EXIT_WORDS.get(worst(outcomes), "crash").upper()
+    lines = [f"## edgeconv: {word}", "", "| pipeline | result | size | targets | parity | report |",
              "|---|---|---|---|---|---|"]
     for o in outcomes:
         if o.report is None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from .errors import EdgeconvError, rel
 from .schema_check import first_problem
+from .verdict import fails
 
 NOT_SUPPORTED = ("cpu_fallback", "unsupported")
 
@@ -91,7 +92,7 @@ def _delta(old: float | None, new: float | None) -> dict[str, float | None]:
 def _gate_delta(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     """The two verdicts, and which of their checks newly fail or no longer fail (by check id)."""
     def failing(gate: Mapping[str, Any]) -> set[str]:
-        return {c["id"] for c in gate.get("checks", []) if c["outcome"] in ("fail", "error")}
+        return {c["id"] for c in gate.get("checks", []) if fails(c["outcome"])}
 
     return {"old": old.get("verdict", "-"), "new": new.get("verdict", "-"),
             "newly_failed": sorted(failing(new) - failing(old)), "fixed": sorted(failing(old) - failing(new))}

@@ -20,6 +20,7 @@ from .passes.base import PassResult
 from .report_model import REPORT_SCHEMA_VERSION as REPORT_SCHEMA_VERSION
 from .targets.checker import OpResult, TargetResult
 from .targets.target import Effect, Placement
+from .verdict import target_passes
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "report.schema.json"
 
@@ -191,7 +192,7 @@ def console_lines(report: Mapping[str, Any]) -> list[str]:
             lines.append(f"{t['name']}: ERROR: {t['error']}")
         elif t["name"] in accel:
             a = accel[t["name"]]
-            verdict = "FAIL" if t["verdict"] != "pass" or a["outcome"] == "fail" else "PASS"
+            verdict = "PASS" if target_passes(t, [a]) else "FAIL"
             lines.append(f"{a['sentence']} [{verdict}]")
         else:
             uncertain = f", {c['uncertain']} uncertain" if c.get("uncertain") else ""

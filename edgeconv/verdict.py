@@ -40,6 +40,21 @@ class Outcome(enum.Enum):
         return self in (Outcome.FAIL, Outcome.ERROR)
 
 
+FAILING = frozenset(o.value for o in Outcome if o.fails)  # the outcomes of a report's checks that fail it
+
+
+def fails(outcome: str) -> bool:
+    """Whether a check's outcome, as a report gives it ("fail", "error", ...), fails the build."""
+    return outcome in FAILING
+
+
+def target_passes(target: Mapping[str, Any], checks: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a target passes in a report: its own verdict, and every check of the gate made on it
+    (an accelerator's share of the MACs, a configured limit)."""
+    return target["verdict"] == "pass" and not any(fails(c["outcome"]) for c in checks
+                                                   if c.get("target") == target["name"])
+
+
 class Kind(enum.Enum):
     TARGET = "target"  # the target runs every op (no unsupported op)
     ACCELERATOR = "accelerator"  # share of MACs an accelerator target runs

@@ -158,3 +158,20 @@ def test_every_memory_gate_at_its_boundary(limit: str, key: str, check_id: str) 
         memory = {"arena_bytes": 0, "flash_bytes": 0, key: value}
         (check,) = verdict.memory_checks(memory, limits)
         assert (check.id, check.outcome.fails) == (check_id, fails)
+
+
+@pytest.mark.parametrize(("outcome", "fails"), [("pass", False), ("fail", True), ("error", True), ("warn", False),
+                                                ("off", False)])
+def test_which_outcomes_fail_is_the_verdicts(outcome: str, fails: bool) -> None:
+    """ci.py, diff.py and report.py ask verdict.fails; none restates the list."""
+    assert verdict.fails(outcome) is fails
+    assert verdict.FAILING == {"fail", "error"}
+
+
+@pytest.mark.parametrize(("target_verdict", "gate_outcome", "passes"), [
+    ("pass", "pass", True), ("pass", "fail", False), ("fail", "pass", False), ("pass", "error", False)])
+def test_a_target_passes_only_with_every_check_made_on_it(target_verdict: str, gate_outcome: str,
+                                                          passes: bool) -> None:
+    target = {"name": "edgetpu", "verdict": target_verdict}
+    checks = [{"target": "edgetpu", "outcome": gate_outcome}, {"target": "arm-neon", "outcome": "fail"}]
+    assert verdict.target_passes(target, checks) is passes
