@@ -165,7 +165,7 @@ def test_every_memory_gate_at_its_boundary(limit: str, key: str, check_id: str) 
 def test_which_outcomes_fail_is_the_verdicts(outcome: str, fails: bool) -> None:
     """ci.py, diff.py and report.py ask verdict.fails; none restates the list."""
     assert verdict.fails(outcome) is fails
-    assert verdict.FAILING == {"fail", "error"}
+    assert {"fail", "error"} == verdict.FAILING
 
 
 @pytest.mark.parametrize(("target_verdict", "gate_outcome", "passes"), [
