@@ -7,7 +7,6 @@ import dataclasses
 import errno
 import json
 import logging
-import math
 import os
 import sys
 import tempfile
@@ -21,41 +20,36 @@ from . import report_model as rm
 from .cache import BuildCache
 from .calibration.checks import (
     DataWarning,
-    activation_warnings,
-    data_warnings,
-    quantization_warnings,
 )
-from .calibration.config import CalibrationConfig
-from .calibration.samples import Progress, RandomReader, SampleSet, collect
-from .calibration.stage import collect_section, expected_ranges
+from .calibration.samples import Progress
+from .calibration.stage import DataStage, data_stage, quantization_findings
 from .clock import Clock
 from .config import (
     GatesConfig,
     ModelFormat,
     PipelineConfig,
-    QuantEngine,
     load_pipeline,
     resolved_yaml,
 )
-from .converters.io_check import check_io_types
-from .converters.tflite_export import export_options
+from .converters.loaders import forget_user_code, load_stage
+from .converters.model import LoadedModel
+from .converters.stage import Converted, convert_stage
 from .converters.tflite_reader import TFLiteModel, parse_tflite, read_tflite
 from .diff import diff, load_report, regressions
-from .errors import ConfigError, OutputError, did_you_mean, rel
+from .errors import ConfigError, OutputError, rel
 from .exit_codes import Exit, of_gate
 from .gates import check_limits, gate_limits
-from .passes import PassResult
 from .passes.graph import canonical
 from .report_sections import assemble, data_json, model_json, quantization_json
 from .targets import is_target_file, load_target
-from .targets.checker import TargetResult, check_model
+from .targets.checker import TargetResult, check_model, check_targets
 from .targets.describe import quantization_line
 from .targets.target import Target
-from .verify.equivalence import equivalence as prove_equivalence
-from .verify.equivalence import inference_reference
+from .verify.equivalence import Cleaned, clean_and_prove
 from .verify.firmware import firmware_stage
+from .verify.invoke import invoke_stage
 from .verify.onnx_stage import onnx_stage
-from .verify.stage import Repairing, Verification, verify
+from .verify.stage import Verification, repaired_pipeline, verification_stage
 
 if TYPE_CHECKING:
     from .converters.tflite_export import Worker
@@ -173,6 +167,11 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
     try:
         with work_dir as work, (contextlib.nullcontext(shared) if shared is not None else Worker()) as worker:
             result = _build(config, out_dir, targets, Path(work), progress, suggest_keep_float, base, worker)
+            if not isinstance(result, BuildResult):  # the repair search chose a change: build with it
+                (Path(work) / "repaired").mkdir()
+                result = _build(*result[:1], out_dir, targets, Path(work) / "repaired", progress, suggest_keep_float,
+                                base, worker, result[1])
+                assert isinstance(result, BuildResult)  # a repaired build does not search again
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
@@ -180,57 +179,10 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
                           f"{exc.strerror}; free some space or set TMPDIR to a folder with more (the previous "
                           "output is unchanged)") from None
     finally:
-        _forget_user_code(modules_before, config.source.parent)
+        forget_user_code(modules_before, config.source.parent)
     if cache is not None and key is not None:
         cache.store(key, out_dir)
     return result
-
-
-def _forget_user_code(modules_before: set[str], folder: Path) -> None:
-    """Forget the modules this build imported from the pipeline's folder (custom layers, a python data
-    source) and the Keras classes they registered: the next pipeline built in this process, with a
-    module of the same name in its own folder, must get its own (not this one's from sys.modules)."""
-    import sysconfig
-
-    root = folder.resolve()
-    # Installed code and edgeconv itself are never the pipeline's, even when they live below its folder (a
-    # virtual environment or a clone of edgeconv in the project).
-    installed = {Path(sysconfig.get_paths()[k]) for k in ("purelib", "platlib", "stdlib", "platstdlib")}
-    installed |= {p.resolve() for p in installed} | {Path(__file__).resolve().parent}
-    # A build imports thousands of modules (TensorFlow's): their files are tested as strings against the
-    # installed folders first, and each remaining folder is resolved once.
-    prefixes = tuple(os.path.join(str(p), "") for p in installed)
-    folders: dict[str, bool] = {}
-    gone = []
-    for name in set(sys.modules) - modules_before:
-        file = getattr(sys.modules[name], "__file__", None)
-        if not file or file.startswith(prefixes):
-            continue
-        where = os.path.dirname(file)
-        if where not in folders:
-            resolved = Path(where).resolve()
-            folders[where] = (root == resolved or root in resolved.parents) and not any(
-                p == resolved or p in resolved.parents for p in installed)
-        if folders[where]:
-            gone.append(sys.modules.pop(name))
-    if gone and "keras" in sys.modules:
-        import keras
-
-        registry = keras.saving.get_custom_objects()
-        for key in [k for k, v in registry.items() if getattr(v, "__module__", None) in {m.__name__ for m in gone}]:
-            del registry[key]
-
-
-def _start_worker(worker: Worker, progress: Progress | None) -> None:
-    """TensorFlow imported once per build: here, then the converter worker is this process forked, before
-    the model is loaded (before TensorFlow's runtime starts). A live terminal display pauses its drawing
-    thread over the fork (``progress.paused()``, when it has one). Where a fork is not safe the worker is a
-    new interpreter, and its import overlaps this process's loading. A repaired rebuild finds it running."""
-    from ._tf import import_tf
-
-    import_tf()
-    with getattr(progress, "paused", contextlib.nullcontext)():
-        worker.start()
 
 
 def _converts_again(config: PipelineConfig, suggest_keep_float: bool, repaired: rm.Repair | None) -> bool:
@@ -272,178 +224,100 @@ def _from_cache(config: PipelineConfig, out_dir: Path, targets: list[Target], ke
     return BuildResult(config, out_dir, out_dir / name, cached_report, results, cached=True)
 
 
-def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: Path,
-           progress: Progress | None, suggest_keep_float: bool, baseline: dict[str, Any] | None,
-           worker: Worker, repaired: rm.Repair | None = None) -> BuildResult:
-    """One build. ``repaired``: this build applies the change a repair search chose (it does not search
-    again; the report carries the search)."""
-    cal_cfg = config.calibration
-    q = config.quantization
+@dataclasses.dataclass(frozen=True)
+class _Stages:
+    """What the stages of one build produced, for its report and its commit."""
+
+    loaded: LoadedModel
+    data: DataStage
+    cleaned: Cleaned
+    converted: Converted
+    results: tuple[TargetResult, ...]
+    warnings: list[DataWarning]
+    limits: verdict.Limits
+    checks: list[verdict.Check]
+    runs: rm.Invoke
+    verification: Verification
+
+
+def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: Path, progress: Progress | None,
+           suggest_keep_float: bool, baseline: dict[str, Any] | None, worker: Worker,
+           repaired: rm.Repair | None = None) -> BuildResult | tuple[PipelineConfig, rm.Repair]:
+    """One build: the stages in order (README "What a build does"), then the verdict and the commit. When
+    the repair search chose a change: the pipeline with it and the search, for build() to build again."""
     clock = Clock(progress)
     if repaired is not None and "seconds" in repaired:
         clock.carry("repair", repaired["seconds"])
     clock.begin("loading the model")
-    log.info("loading %s (%s) in inference mode", rel(config.model.path), config.model.resolved_format().value)
-    _start_worker(worker, progress)
-    from .converters.loaders import load_model
-
-    loaded = load_model(config.model, config.source.parent)
-    inputs = loaded.graph.inputs
-    outputs = [o.name for o in loaded.graph.outputs]
-    unknown = sorted(set(config.verify.outputs) - set(outputs))
-    if unknown:  # known only once the model is loaded; still before any data is read or converted
-        raise ConfigError([f"{rel(config.source)}: verify.outputs: {name!r} is not a model output (outputs: "
-                           f"{', '.join(outputs)}){did_you_mean(name, outputs)}" for name in unknown])
+    loaded = load_stage(config, worker, progress)
     clock.lap("load")
-    evaluation = (collect_section(config.evaluation, "evaluation", inputs, config, work, progress)
-                  if config.evaluation is not None else None)
-    expected = expected_ranges(config, inputs)
-    warnings: list[DataWarning] = []
-    if cal_cfg is not None:
-        calib = collect_section(cal_cfg, "calibration", inputs, config, work, progress)
-        warnings = data_warnings(calib, min_samples=cal_cfg.min_samples, evaluation=evaluation, expected=expected)
-        for w in warnings:
-            log.warning("calibration: %s", w.message)
-    else:  # a mode that needs no calibration data: the equivalence check runs on seeded random inputs
-        count = math.ceil(config.verify.pass_samples / config.model.batch_size) * config.model.batch_size
-        calib = collect(RandomReader(inputs, count, 0), inputs, role="random", source="random", samples=count,
-                        seed=0, folder=work)
-
+    data = data_stage(config, loaded.graph.inputs, work, progress)
     clock.lap("data")
-    graph = loaded.graph
-    pass_results: list[PassResult] = []
-    clock.begin("running the passes")
-    for p in config.passes:
-        log.info("pass %s", p.name)
-        graph, result = p.apply(graph)
-        pass_results.append(result)
-    log.info("comparing the cleaned graph with the model in inference mode")
-    batch = config.model.batch_size
-    reference = inference_reference(loaded, pass_results, next(calib.batches(batch)))
-    from .converters.tf_graph import concrete_function
-
-    graph_fn = concrete_function(graph)  # run here, and saved for the converter
-    equivalence = prove_equivalence(reference, graph, graph_fn, calib, batch, config.verify.pass_samples,
-                               config.verify.pass_tolerance)
-
+    cleaned, graph_fn = clean_and_prove(config, loaded, data.calib, clock)
     clock.lap("passes")
-    if q.mode.calibrated:
-        log.info("converting to %s with %d calibration samples%s", q.mode.value, calib.count,
-                 " (quantized by AI Edge Quantizer)" if q.engine is QuantEngine.AI_EDGE_QUANTIZER else "")
-    else:
-        log.info("converting to %s (no calibration)", q.mode.value)
-    from .converters.tflite_export import Converter
-
     clock.begin("converting")
-
-    options = export_options(q, batch)
-    converter = Converter(graph, work / "export", worker, graph_fn)
+    converted = convert_stage(config, cleaned.graph, graph_fn, data.calib, data.evaluation, work, worker, progress,
+                              converts_again=_converts_again(config, suggest_keep_float, repaired))
     del graph_fn  # it holds the weights once more: not kept through the build
-    # The per-op ranking measures the converter's quantization (TF's QuantizationDebugger on its calibration).
-    analyse = (evaluation is not None and config.verify.culprits > 0 and q.mode.calibrated
-               and q.engine is QuantEngine.CONVERTER)
-    if analyse:
-        log.info("measuring the error each quantized op adds on the evaluation data")
-    exported = converter.convert(calib, options, "model", progress, debug=evaluation if analyse else None,
-                                 float_reference=config.verify.parity and evaluation is not None)
-    from .converters.tflite_export import shared_worker
-
-    if worker is not shared_worker() and not _converts_again(config, suggest_keep_float, repaired):
-        worker.close()  # its memory back before the checks and the verification run the models
     clock.lap("convert")
-    tflite_name = f"{config.build_name}.tflite"
-    model = parse_tflite(exported.tflite, tflite_name)
-    check_io_types(model, q.io("input").value, q.io("output").value, bool(q.int16_ops))
-    log.info("checking %d ops against %s", len(model.ops), ", ".join(t.name for t in targets))
-    results = tuple(check_model(model, t) for t in targets)
-    quant_warnings = quantization_warnings(model, expected=expected, evaluation=evaluation,
-                                           percentile=q.range_percentile)
-    if exported.float_tflite is not None and evaluation is not None and q.mode.calibrated:
-        quant_warnings += activation_warnings(exported.float_tflite, model, evaluation, batch,
-                                              percentile=q.range_percentile)
-    for w in quant_warnings:
-        log.warning("calibration: %s", w.message)
-    warnings += quant_warnings
-
+    results = check_targets(converted.model, targets)
+    warnings = data.warnings + quantization_findings(converted.model, converted.exported.float_tflite, data, config)
     limits = gate_limits(config)
-    early_checks = [
-        *(verdict.off(f"{i}", note) for i, note in enumerate(limits.notes)),
-        verdict.simple(
-            "conversion.passes", verdict.Kind.CONVERSION, equivalence["passed"],
-            f"the passes changed the outputs: max abs difference {equivalence['max_abs_diff']:.3g} > "
-            f"verify.pass_tolerance {equivalence['tolerance']:g}" if not equivalence["passed"] else
-            f"the passes changed nothing (max abs difference {equivalence['max_abs_diff']:.3g})",
-            equivalence["max_abs_diff"], equivalence["tolerance"]),
-        *(verdict.calibration_checks(warnings, limits) if cal_cfg is not None else ()),
-    ]
-    # Before any verdict, the built model must run on every sample the build has.
-    from .verify import invoke
-
+    early = verdict.conversion_checks(limits, cleaned.equivalence, warnings, config.calibration is not None)
     clock.lap("check")
     clock.begin("running the built model on every sample")
-    sets = [(calib.role, calib.batches(batch)), *([("evaluation", evaluation.batches(batch))] if evaluation else [])]
-    runs = invoke.invoke_all(exported.tflite, sets, loaded.graph.layer_names())
-    invoke_check = verdict.simple("runtime.invoke", verdict.Kind.RUNTIME, not runs["failed"], invoke.sentence(runs),
-                                  runs["failed"], 0)
+    runs, ran = invoke_stage(converted.exported.tflite, data.calib, data.evaluation, config.model.batch_size,
+                             loaded.graph.layer_names())
     clock.lap("invoke")
-
-    def recollect(cfg: CalibrationConfig, n: int) -> SampleSet:
-        (work / f"repair-data-{n}").mkdir()
-        return collect_section(cfg, "calibration", inputs, config, work / f"repair-data-{n}", progress)
-
     clock.begin("measuring parity")
-    verification = (verify(config, loaded, reference, converter, calib, evaluation, exported, model,
-                            suggest_keep_float, progress, limits,
-                            Repairing(targets, recollect, clock, expected)
-                            if repaired is None and config.repair.enabled
-                            else None) if not runs["failed"] else Verification())
+    verification = Verification() if runs["failed"] else verification_stage(
+        config, loaded, cleaned.reference, converted, data, suggest_keep_float=suggest_keep_float, progress=progress,
+        limits=limits, targets=targets, clock=clock, work=work, repaired=repaired is not None)
     clock.lap("verify")
-    if verification.repair is not None and verification.repair["chosen"] is not None:
-        import yaml
+    rebuild = repaired_pipeline(config, verification, warnings, time.perf_counter() - clock.start)
+    if rebuild is not None:
+        return rebuild
+    stages = _Stages(loaded, data, cleaned, converted, results, warnings, limits, [*early, ran], runs, verification)
+    return _finish(config, out_dir, targets, work, baseline, stages, repaired, clock)
 
-        from .verify.repair import apply
 
-        assert verification.repair["snippet"] is not None
-        log.info("repair: building with trial %d", verification.repair["chosen"])
-        (work / "repaired").mkdir()
-        # What the build as configured found stays in the report next to the fix (the rebuilt model may no
-        # longer show it), and the time it and the search took is the rebuilt build's "repair" stage.
-        searched: rm.Repair = {**verification.repair, "seconds": round(time.perf_counter() - clock.start, 2),
-                               "as_configured": {"failed": verdict.failed_sentences(verification.checks),
-                                                 "findings": [w.to_json() for w in warnings]}}
-        return _build(apply(config, yaml.safe_load(verification.repair["snippet"])), out_dir, targets,
-                      work / "repaired", progress, suggest_keep_float, baseline, worker, searched)
-    found = repaired if repaired is not None else verification.repair
+def _finish(config: PipelineConfig, out_dir: Path, targets: list[Target], work: Path,
+            baseline: dict[str, Any] | None, s: _Stages, repaired: rm.Repair | None, clock: Clock) -> BuildResult:
+    """The outputs the pipeline asks for beside the model (ONNX, firmware), the verdict, the report, the
+    commit."""
+    model, tflite, data = s.converted.model, s.converted.exported.tflite, s.data
+    found = repaired if repaired is not None else s.verification.repair
     repair_checks = (verdict.simple("repair.search", verdict.Kind.AGREEMENT, found["chosen"] is not None,
                                     found["summary"], len(found["trials"]), config.repair.max_trials),) if found else ()
     if config.output.onnx is not None:
         clock.begin("exporting and running ONNX")
-    onnx = (onnx_stage(config, graph, reference, exported.tflite, model, evaluation or calib, work)
-            if config.output.onnx is not None else None)
-    fw = firmware_stage(config, model, exported.tflite, evaluation, batch)
-    layer_names = loaded.graph.layer_names()
-    targets_json = report.targets_json(results, layer_names)
-    overlays = explorer.node_data(model, targets_json, verification.op_errors)
-    checks = (*verdict.target_checks(results, limits, layer_names), *early_checks, invoke_check,
-              *verification.checks, *repair_checks, *(onnx.checks if onnx is not None else ()),
-              *verdict.memory_checks(fw.memory, limits))
+    onnx = (onnx_stage(config, s.cleaned.graph, s.cleaned.reference, tflite, model, data.evaluation or data.calib,
+                       work) if config.output.onnx is not None else None)
+    fw = firmware_stage(config, model, tflite, data.evaluation, config.model.batch_size)
+    layer_names = s.loaded.graph.layer_names()
+    targets_json = report.targets_json(s.results, layer_names)
+    overlays = explorer.node_data(model, targets_json, s.verification.op_errors)
+    checks = (*verdict.target_checks(s.results, s.limits, layer_names), *s.checks, *s.verification.checks,
+              *repair_checks, *(onnx.checks if onnx is not None else ()), *verdict.memory_checks(fw.memory, s.limits))
     clock.lap("onnx" if config.output.onnx is not None else "report")
+    graph = s.loaded.graph
     body = assemble(
         config, out_dir, tflite=model, targets=targets_json, gate=verdict.Verdict(checks).to_json(), memory=fw.memory,
         firmware=fw.firmware, overlays=overlays,
-        model=model_json(config, out_dir, loaded.format, loaded.framework, loaded.graph.inputs,
-                         loaded.graph.outputs, len(loaded.graph.layers), loaded.notes),
-        passes=[report.pass_json(p) for p in pass_results], equivalence=equivalence,
-        quantization=quantization_json(config, out_dir, calib if cal_cfg is not None else None, warnings, targets),
-        evaluation=data_json(evaluation, out_dir) if evaluation is not None else None,
-        parity=verification.parity, culprits=verification.culprits,
-        keep_float_suggestion=verification.keep_float_suggestion, repair=found, invoke=runs,
+        model=model_json(config, out_dir, s.loaded.format, s.loaded.framework, graph.inputs, graph.outputs,
+                         len(graph.layers), s.loaded.notes),
+        passes=[report.pass_json(p) for p in s.cleaned.passes], equivalence=s.cleaned.equivalence,
+        quantization=quantization_json(config, out_dir, data.calib if config.calibration is not None else None,
+                                       s.warnings, targets),
+        evaluation=data_json(data.evaluation, out_dir) if data.evaluation is not None else None,
+        parity=s.verification.parity, culprits=s.verification.culprits,
+        keep_float_suggestion=s.verification.keep_float_suggestion, repair=found, invoke=s.runs,
         onnx=onnx.section if onnx is not None else None, timings=clock.to_json())
     if baseline is not None:
         body = _against_baseline(body, baseline, checks, config)
-    graph_io = ([i.node for i in loaded.graph.inputs], [canonical(o.tensor) for o in loaded.graph.outputs])
+    graph_io = ([i.node for i in graph.inputs], [canonical(o.tensor) for o in graph.outputs])
     files = {**fw.files, **(onnx.files if onnx is not None else {}), **overlays}
-    return _commit(config, out_dir, tflite_name, exported.tflite, body, results, graph_io, files)
+    return _commit(config, out_dir, f"{config.build_name}.tflite", tflite, body, s.results, graph_io, files)
 
 
 def _with_repair(config: PipelineConfig) -> PipelineConfig:

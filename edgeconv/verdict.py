@@ -285,3 +285,16 @@ def regression_checks(failed: Sequence[str], names: Sequence[str]) -> list[Check
 
 def off(gate: str, sentence: str) -> Check:
     return Check(f"default.{gate}", Kind.GATE, Outcome.OFF, sentence)
+
+
+def conversion_checks(limits: Limits, equivalence: Mapping[str, Any], findings: Sequence[Any],
+                      calibrated: bool) -> list[Check]:
+    """The checks a build makes before it runs the model: each default gate the pipeline loosened (off),
+    the passes' equivalence proof, and (with calibration data) the findings about the data."""
+    proof = simple("conversion.passes", Kind.CONVERSION, equivalence["passed"],
+                   f"the passes changed the outputs: max abs difference {equivalence['max_abs_diff']:.3g} > "
+                   f"verify.pass_tolerance {equivalence['tolerance']:g}" if not equivalence["passed"] else
+                   f"the passes changed nothing (max abs difference {equivalence['max_abs_diff']:.3g})",
+                   equivalence["max_abs_diff"], equivalence["tolerance"])
+    return [*(off(f"{i}", note) for i, note in enumerate(limits.notes)), proof,
+            *(calibration_checks(findings, limits) if calibrated else ())]

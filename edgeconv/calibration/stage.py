@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..config import PipelineConfig
+from ..converters.tflite_reader import TFLiteModel
 from ..errors import rel
 from ..ir import TensorSpec
 from . import SOURCES, resolve_source
+from .checks import DataWarning, activation_warnings, data_warnings, quantization_warnings
 from .config import CalibrationConfig, EvaluationConfig
-from .samples import Progress, SampleSet, collect
+from .samples import Progress, RandomReader, SampleSet, collect
 
 log = logging.getLogger("edgeconv")
 
@@ -43,3 +47,50 @@ def expected_ranges(config: PipelineConfig, inputs: Sequence[TensorSpec]) -> dic
         channels = 1 if cal.preprocess.color.value == "grayscale" else 3
         out.setdefault(spec.name, cal.preprocess.value_range(channels))
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class DataStage:
+    """The build's samples: calibration (or, for a mode without it, seeded random inputs), evaluation, the
+    declared input ranges, and the findings about the data so far."""
+
+    calib: SampleSet
+    evaluation: SampleSet | None
+    expected: dict[str, tuple[float, float]]
+    warnings: list[DataWarning]
+
+
+def data_stage(config: PipelineConfig, inputs: Sequence[TensorSpec], work: Path,
+               progress: Progress | None) -> DataStage:
+    """Draw, check and spool the evaluation and calibration samples; a finding about them is a warning
+    (the verdict decides which fail the build)."""
+    evaluation = (collect_section(config.evaluation, "evaluation", inputs, config, work, progress)
+                  if config.evaluation is not None else None)
+    expected = expected_ranges(config, inputs)
+    warnings: list[DataWarning] = []
+    cal_cfg = config.calibration
+    if cal_cfg is not None:
+        calib = collect_section(cal_cfg, "calibration", inputs, config, work, progress)
+        warnings = data_warnings(calib, min_samples=cal_cfg.min_samples, evaluation=evaluation, expected=expected)
+        for w in warnings:
+            log.warning("calibration: %s", w.message)
+    else:  # a mode that needs no calibration data: the equivalence check runs on seeded random inputs
+        count = math.ceil(config.verify.pass_samples / config.model.batch_size) * config.model.batch_size
+        calib = collect(RandomReader(inputs, count, 0), inputs, role="random", source="random", samples=count,
+                        seed=0, folder=work)
+    return DataStage(calib, evaluation, expected, warnings)
+
+
+def quantization_findings(model: TFLiteModel, float_tflite: bytes | None, data: DataStage,
+                          config: PipelineConfig) -> list[DataWarning]:
+    """What the built model's quantization does to the declared input ranges and, with evaluation data,
+    to its activations (ranges clipped, resolution lost)."""
+    q = config.quantization
+    found = quantization_warnings(model, expected=data.expected, evaluation=data.evaluation,
+                                  percentile=q.range_percentile)
+    if float_tflite is not None and data.evaluation is not None and q.mode.calibrated:
+        found += activation_warnings(float_tflite, model, data.evaluation, config.model.batch_size,
+                                     percentile=q.range_percentile)
+    for w in found:
+        log.warning("calibration: %s", w.message)
+    return found

@@ -7,11 +7,23 @@ for the model in inference mode). The modules import TensorFlow only when called
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..config import ModelConfig, ModelFormat
+from ..config import ModelConfig, ModelFormat, PipelineConfig
+from ..errors import ConfigError, did_you_mean, rel
 from .model import LoadedModel
+
+if TYPE_CHECKING:
+    from ..calibration.samples import Progress
+    from .tflite_export import Worker
+
+log = logging.getLogger("edgeconv")
 
 
 def _keras(cfg: ModelConfig, base_dir: Path) -> LoadedModel:
@@ -47,3 +59,64 @@ LOADERS: dict[ModelFormat, Callable[[ModelConfig, Path], LoadedModel]] = {
 def load_model(cfg: ModelConfig, base_dir: Path) -> LoadedModel:
     """Load ``cfg.path`` with the loader for its format (``.tflite`` models are not loaded: they are checked)."""
     return LOADERS[cfg.resolved_format()](cfg, base_dir)
+
+
+def load_stage(config: PipelineConfig, worker: Worker, progress: Progress | None) -> LoadedModel:
+    """The model in inference mode (the converter worker started first: see :func:`start_worker`); the
+    pipeline's ``verify.outputs``, known to be outputs only now, checked before any data is read."""
+    log.info("loading %s (%s) in inference mode", rel(config.model.path), config.model.resolved_format().value)
+    start_worker(worker, progress)
+    loaded = load_model(config.model, config.source.parent)
+    outputs = [o.name for o in loaded.graph.outputs]
+    unknown = sorted(set(config.verify.outputs) - set(outputs))
+    if unknown:
+        raise ConfigError([f"{rel(config.source)}: verify.outputs: {name!r} is not a model output (outputs: "
+                           f"{', '.join(outputs)}){did_you_mean(name, outputs)}" for name in unknown])
+    return loaded
+
+
+def start_worker(worker: Worker, progress: Progress | None) -> None:
+    """TensorFlow imported once per build: here, then the converter worker is this process forked, before
+    the model is loaded (before TensorFlow's runtime starts). A live terminal display pauses its drawing
+    thread over the fork (``progress.paused()``, when it has one). Where a fork is not safe the worker is a
+    new interpreter, and its import overlaps this process's loading. A repaired rebuild finds it running."""
+    from .._tf import import_tf
+
+    import_tf()
+    with getattr(progress, "paused", contextlib.nullcontext)():
+        worker.start()
+
+
+def forget_user_code(modules_before: set[str], folder: Path) -> None:
+    """Forget the modules this build imported from the pipeline's folder (custom layers, a python data
+    source) and the Keras classes they registered: the next pipeline built in this process, with a
+    module of the same name in its own folder, must get its own (not this one's from sys.modules)."""
+    import sysconfig
+
+    root = folder.resolve()
+    # Installed code and edgeconv itself are never the pipeline's, even when they live below its folder (a
+    # virtual environment or a clone of edgeconv in the project).
+    installed = {Path(sysconfig.get_paths()[k]) for k in ("purelib", "platlib", "stdlib", "platstdlib")}
+    installed |= {p.resolve() for p in installed} | {Path(__file__).resolve().parents[1]}
+    # A build imports thousands of modules (TensorFlow's): their files are tested as strings against the
+    # installed folders first, and each remaining folder is resolved once.
+    prefixes = tuple(os.path.join(str(p), "") for p in installed)
+    folders: dict[str, bool] = {}
+    gone = []
+    for name in set(sys.modules) - modules_before:
+        file = getattr(sys.modules[name], "__file__", None)
+        if not file or file.startswith(prefixes):
+            continue
+        where = os.path.dirname(file)
+        if where not in folders:
+            resolved = Path(where).resolve()
+            folders[where] = (root == resolved or root in resolved.parents) and not any(
+                p == resolved or p in resolved.parents for p in installed)
+        if folders[where]:
+            gone.append(sys.modules.pop(name))
+    if gone and "keras" in sys.modules:
+        import keras
+
+        registry = keras.saving.get_custom_objects()
+        for key in [k for k, v in registry.items() if getattr(v, "__module__", None) in {m.__name__ for m in gone}]:
+            del registry[key]

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ..converters.tflite_reader import OpInfo, TFLiteModel
 from .cost import OpCost, op_cost
 from .target import Effect, OpStatus, Placement, Rule, Target
+
+log = logging.getLogger("edgeconv")
 
 
 class Verdict(enum.Enum):
@@ -182,3 +185,9 @@ def _place_segment(results: list[OpResult], target: Target, rule: Rule) -> Targe
             state.append("pre")
             root.append(None)
     return TargetResult(target, tuple(placed), blocking[0] if blocking else None, tuple(blocking))
+
+
+def check_targets(model: TFLiteModel, targets: Sequence[Target]) -> tuple[TargetResult, ...]:
+    """Every op of ``model`` against every target (every rule evaluated)."""
+    log.info("checking %d ops against %s", len(model.ops), ", ".join(t.name for t in targets))
+    return tuple(check_model(model, t) for t in targets)

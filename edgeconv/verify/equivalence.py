@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -10,10 +12,14 @@ import numpy as np
 
 from .. import report_model as rm
 from ..calibration.samples import SampleSet
+from ..clock import Clock
+from ..config import PipelineConfig
 from ..converters.model import LoadedModel
 from ..errors import ModelError
 from ..ir import FrozenGraph
 from ..passes import PassResult
+
+log = logging.getLogger("edgeconv")
 
 
 def equivalence(reference: Any, graph: FrozenGraph, fn: Any, calib: SampleSet, batch_size: int, samples: int,
@@ -62,3 +68,38 @@ def inference_reference(loaded: LoadedModel, passes: Sequence[PassResult], feeds
 def _deterministic(run: Any, feeds: dict[str, np.ndarray]) -> bool:
     first, second = run(feeds), run(feeds)
     return all(np.array_equal(first[k], second[k]) for k in first)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cleaned:
+    """The graph the passes left, what they changed, the model in inference mode as their reference and the
+    proof that they match."""
+
+    graph: FrozenGraph
+    passes: list[PassResult]
+    reference: Any
+    equivalence: rm.Equivalence
+
+
+def clean_and_prove(config: PipelineConfig, loaded: LoadedModel, calib: SampleSet,
+                    clock: Clock) -> tuple[Cleaned, Any]:
+    """Run every configured pass, then compare the cleaned graph with the model in inference mode on the
+    first calibration samples (``verify.pass_samples``, within ``verify.pass_tolerance``). Also the graph's
+    concrete function, run here and saved by the converter: the caller drops it once the converter has it
+    (it holds the weights once more)."""
+    from ..converters.tf_graph import concrete_function
+
+    graph = loaded.graph
+    results: list[PassResult] = []
+    clock.begin("running the passes")
+    for p in config.passes:
+        log.info("pass %s", p.name)
+        graph, result = p.apply(graph)
+        results.append(result)
+    log.info("comparing the cleaned graph with the model in inference mode")
+    batch = config.model.batch_size
+    reference = inference_reference(loaded, results, next(calib.batches(batch)))
+    graph_fn = concrete_function(graph)
+    proof = equivalence(reference, graph, graph_fn, calib, batch, config.verify.pass_samples,
+                        config.verify.pass_tolerance)
+    return Cleaned(graph, results, reference, proof), graph_fn

@@ -74,3 +74,15 @@ def sentence(result: Mapping[str, Any]) -> str:
         fix = op["fix"]
     return (f"the built model fails to run on {result['failed']} of {result['samples']} samples{where}: "
             f"{result['error']}. Likely fix: {fix}")
+
+
+def invoke_stage(tflite: bytes, calib: Any, evaluation: Any, batch: int,
+                 layers: Sequence[str]) -> tuple[rm.Invoke, Any]:
+    """Before any verdict, the built model must run on every sample the build has: the report's section
+    and the runtime check (edgeconv.verdict)."""
+    from .. import verdict
+
+    sets = [(calib.role, calib.batches(batch)), *([("evaluation", evaluation.batches(batch))] if evaluation else [])]
+    runs = invoke_all(tflite, sets, layers)
+    return runs, verdict.simple("runtime.invoke", verdict.Kind.RUNTIME, not runs["failed"], sentence(runs),
+                                runs["failed"], 0)

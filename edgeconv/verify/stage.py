@@ -183,3 +183,40 @@ def _repair(config: PipelineConfig, repairing: Repairing, converter: Any, calib:
                           log=log.info)
     repairing.clock.lap("repair")
     return found
+
+
+def verification_stage(config: PipelineConfig, loaded: LoadedModel, reference: Any, converted: Any, data: Any,
+                       *, suggest_keep_float: bool, progress: Progress | None, limits: Limits,
+                       targets: Sequence[Target], clock: Clock, work: Any, repaired: bool) -> Verification:
+    """Parity and what follows from it (:func:`verify`), with the repair search when the pipeline turns it
+    on and this build is not itself the repaired one; nothing when the built model does not run."""
+    from ..calibration.stage import collect_section
+
+    def recollect(cfg: CalibrationConfig, n: int) -> SampleSet:
+        (work / f"repair-data-{n}").mkdir()
+        return collect_section(cfg, "calibration", loaded.graph.inputs, config, work / f"repair-data-{n}", progress)
+
+    repairing = (Repairing(targets, recollect, clock, data.expected) if not repaired and config.repair.enabled
+                 else None)
+    return verify(config, loaded, reference, converted.converter, data.calib, data.evaluation, converted.exported,
+                  converted.model, suggest_keep_float, progress, limits, repairing)
+
+
+def repaired_pipeline(config: PipelineConfig, verification: Verification, warnings: Sequence[Any],
+                      seconds: float) -> tuple[PipelineConfig, rm.Repair] | None:
+    """When the repair search chose a change: the pipeline with it, and the search as the rebuilt build's
+    report shows it (what the build as configured found stays next to the fix, since the rebuilt model may
+    no longer show it; the time it and the search took is the rebuilt build's "repair" stage)."""
+    found = verification.repair
+    if found is None or found["chosen"] is None:
+        return None
+    import yaml
+
+    from .repair import apply
+
+    assert found["snippet"] is not None
+    log.info("repair: building with trial %d", found["chosen"])
+    searched: rm.Repair = {**found, "seconds": round(seconds, 2),
+                           "as_configured": {"failed": verdict.failed_sentences(verification.checks),
+                                             "findings": [w.to_json() for w in warnings]}}
+    return apply(config, yaml.safe_load(found["snippet"])), searched

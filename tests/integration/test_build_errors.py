@@ -199,7 +199,7 @@ def test_a_full_disk_during_the_build_is_exit_2_and_keeps_the_previous_output(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    from edgeconv import pipeline
+    from edgeconv.calibration import stage as calibration_stage
 
     models.dense_model(tmp_path / "m.keras", lambda x: x)
     models.calibration(tmp_path / "cal.npz")
@@ -212,7 +212,7 @@ def test_a_full_disk_during_the_build_is_exit_2_and_keeps_the_previous_output(
     def full(*args: Any, **kwargs: Any) -> Any:  # what writing the sample spool raises on a full TMPDIR
         raise OSError(errno.ENOSPC, "No space left on device", str(spool))
 
-    monkeypatch.setattr(pipeline, "collect_section", full)
+    monkeypatch.setattr(calibration_stage, "collect_section", full)
     code, err = build([str(path)], capsys)
     assert code == 2
     assert err.strip().splitlines() == [

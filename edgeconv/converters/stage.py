@@ -1,0 +1,51 @@
+"""The conversion stage: the cleaned graph converted (and quantized, calibrated on the build's samples) by
+the converter worker, read back, and its input and output types checked against the pipeline's."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from ..calibration.samples import Progress, SampleSet
+from ..config import PipelineConfig, QuantEngine
+from .io_check import check_io_types
+from .tflite_export import Converter, Worker, export_options, shared_worker
+from .tflite_reader import TFLiteModel, parse_tflite
+
+log = logging.getLogger("edgeconv")
+
+
+@dataclasses.dataclass(frozen=True)
+class Converted:
+    converter: Converter  # asked again by the verification (keep_float trials, the repair search)
+    exported: Any  # the .tflite, its float twin and the per-layer errors (tflite_export.Exported)
+    model: TFLiteModel
+
+
+def convert_stage(config: PipelineConfig, graph: Any, graph_fn: Any, calib: SampleSet, evaluation: SampleSet | None,
+                  work: Any, worker: Worker, progress: Progress | None, *, converts_again: bool) -> Converted:
+    """Convert; with evaluation data, also the float .tflite (parity) and the per-op error ranking. Unless
+    the build will ask it again (``converts_again``), a worker of its own is closed right after: its memory
+    back before the checks and the verification run the models."""
+    q = config.quantization
+    batch = config.model.batch_size
+    if q.mode.calibrated:
+        log.info("converting to %s with %d calibration samples%s", q.mode.value, calib.count,
+                 " (quantized by AI Edge Quantizer)" if q.engine is QuantEngine.AI_EDGE_QUANTIZER else "")
+    else:
+        log.info("converting to %s (no calibration)", q.mode.value)
+    converter = Converter(graph, work / "export", worker, graph_fn)
+    # The per-op ranking measures the converter's quantization (TF's QuantizationDebugger on its calibration).
+    analyse = (evaluation is not None and config.verify.culprits > 0 and q.mode.calibrated
+               and q.engine is QuantEngine.CONVERTER)
+    if analyse:
+        log.info("measuring the error each quantized op adds on the evaluation data")
+    exported = converter.convert(calib, export_options(q, batch), "model", progress,
+                                 debug=evaluation if analyse else None,
+                                 float_reference=config.verify.parity and evaluation is not None)
+    if worker is not shared_worker() and not converts_again:
+        worker.close()
+    model = parse_tflite(exported.tflite, f"{config.build_name}.tflite")
+    check_io_types(model, q.io("input").value, q.io("output").value, bool(q.int16_ops))
+    return Converted(converter, exported, model)
