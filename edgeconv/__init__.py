@@ -23,7 +23,8 @@ from ._version import __version__
 if TYPE_CHECKING:
     from .config import PipelineConfig, load_pipeline
     from .errors import ConfigError, DataError, EdgeconvError, InternalError, ModelError, ModelFileError, OutputError
-    from .pipeline import BuildResult, CheckResult, build, check
+    from .pipeline import build, check
+    from .results import BuildResult, CheckResult
 
 __all__ = [
     "BuildResult", "CheckResult", "ConfigError", "DataError", "EdgeconvError", "InternalError", "ModelError",
@@ -31,7 +32,7 @@ __all__ = [
 ]
 # Where each public name lives. They are imported on first use, so ``edgeconv --help`` (which imports
 # this package) loads neither numpy nor YAML.
-_HOMES = {"PipelineConfig": "config", "load_pipeline": "config", "BuildResult": "pipeline", "CheckResult": "pipeline",
+_HOMES = {"PipelineConfig": "config", "load_pipeline": "config", "BuildResult": "results", "CheckResult": "results",
           "build": "pipeline", "check": "pipeline", **{n: "errors" for n in __all__ if n.endswith("Error")}}
 
 

@@ -11,10 +11,11 @@ import dataclasses
 import functools
 import json
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import verdict
 from .errors import EdgeconvError, rel
 from .schema_check import first_problem
 from .verdict import fails
@@ -249,3 +250,16 @@ def diff_markdown(d: Mapping[str, Any], reasons: list[str] | None = None) -> lis
 
 def _counts(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{k} x{v}" for k, v in counts.items()) or "-"
+
+
+def against_baseline(body: Any, baseline: Mapping[str, Any], checks: Sequence[verdict.Check],
+                     gates: RegressionGates) -> Any:
+    """The report with what changed since the baseline report and the regression gates it fails; the
+    comparison is made with the verdict before those gates."""
+    changes = diff(baseline, body)
+    failed = regressions(changes, gates)
+    final = verdict.Verdict((*checks, *verdict.regression_checks(failed, gates.names)))
+    out = body.copy()  # a new report: the one given stays as it was
+    out["baseline"] = {"diff": changes, "regressions": failed}
+    out["gate"] = final.to_json()
+    return out

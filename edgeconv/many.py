@@ -31,7 +31,7 @@ from .exit_codes import Exit
 
 if TYPE_CHECKING:
     from .console import Display
-    from .pipeline import BuildResult
+    from .results import BuildResult
 
 
 @dataclasses.dataclass(frozen=True)

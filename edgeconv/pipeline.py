@@ -33,67 +33,27 @@ from .config import (
 )
 from .converters.loaders import forget_user_code, load_stage
 from .converters.model import LoadedModel
-from .converters.stage import Converted, convert_stage
-from .converters.tflite_reader import TFLiteModel, parse_tflite, read_tflite
-from .diff import diff, load_report, regressions
-from .errors import ConfigError, OutputError, rel
-from .exit_codes import Exit, of_gate
+from .converters.stage import Converted, convert_stage, converts_again
+from .converters.tflite_reader import parse_tflite, read_tflite
+from .diff import against_baseline, load_report
+from .errors import OutputError, rel
 from .gates import check_limits, gate_limits
 from .passes.graph import canonical
 from .report_sections import assemble, data_json, model_json, quantization_json
+from .results import BuildResult, CheckResult
 from .targets import is_target_file, load_target
 from .targets.checker import TargetResult, check_model, check_targets
-from .targets.describe import quantization_line
 from .targets.target import Target
 from .verify.equivalence import Cleaned, clean_and_prove
 from .verify.firmware import firmware_stage
 from .verify.invoke import invoke_stage
 from .verify.onnx_stage import onnx_stage
-from .verify.stage import Verification, repaired_pipeline, verification_stage
+from .verify.stage import Verification, can_suggest, repaired_pipeline, verification_stage, with_repair
 
 if TYPE_CHECKING:
     from .converters.tflite_export import Worker
 
 log = logging.getLogger("edgeconv")
-
-
-@dataclasses.dataclass(frozen=True)
-class BuildResult:
-    config: PipelineConfig
-    output_dir: Path
-    tflite_path: Path
-    report: rm.Report
-    targets: tuple[TargetResult, ...]
-    cached: bool = False  # written from the build cache (the report is the cached build's)
-
-    @property
-    def passed(self) -> bool:
-        return bool(self.report["gate"]["verdict"] == "pass")
-
-    @property
-    def exit_code(self) -> Exit:
-        """What ``edgeconv build`` exits with for this build: the verdict's code (edgeconv.exit_codes)."""
-        return of_gate(self.report["gate"])
-
-
-@dataclasses.dataclass(frozen=True)
-class CheckResult:
-    model: TFLiteModel
-    targets: tuple[TargetResult, ...]
-    gate: rm.Gate
-
-    @property
-    def passed(self) -> bool:
-        return bool(self.gate["verdict"] == "pass")
-
-    @property
-    def exit_code(self) -> Exit:
-        """What ``edgeconv check`` exits with for this model: the verdict's code (edgeconv.exit_codes)."""
-        return of_gate(self.gate)
-
-    def to_json(self) -> list[rm.TargetVerdict]:
-        """The report's ``targets`` section for this model."""
-        return report.targets_json(self.targets)
 
 
 def check(model_path: str | Path, targets: Sequence[str] = ("generic-int8",),
@@ -129,7 +89,30 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
     """
     config = pipeline if isinstance(pipeline, PipelineConfig) else load_pipeline(pipeline)
     if repair and not config.repair.enabled:
-        config = _with_repair(config)
+        config = with_repair(config)
+    out_dir, targets, base = _prepare(config, out, baseline)
+    if config.model.resolved_format() is ModelFormat.TFLITE:
+        return _check_existing(config, out_dir, targets, base)
+    if suggest_keep_float:
+        can_suggest(config, targets)
+    key = None
+    if cache is not None:
+        key, why = cache.key(config, out_dir, suggest_keep_float, base)
+        if key is None:
+            log.info("cache: not cacheable: %s", why)
+        elif (files := cache.load(key)) is not None and (
+                served := _from_cache(config, out_dir, targets, key, files)) is not None:
+            return served
+    result = _run(config, out_dir, targets, progress, suggest_keep_float, base)
+    if cache is not None and key is not None:
+        cache.store(key, out_dir)
+    return result
+
+
+def _prepare(config: PipelineConfig, out: str | Path | None,
+             baseline: str | Path | None) -> tuple[Path, list[Target], dict[str, Any] | None]:
+    """Before any heavy work: the output folder (not a link, holding no input, one edgeconv may replace), the
+    targets and the baseline report, each refused with a clear error."""
     if out is not None or config.output.dir is None:  # output.dir itself was checked with the pipeline
         output.check_not_a_link(Path(out) if out is not None else config.output_dir)
     out_dir = Path(out).resolve() if out is not None else config.output_dir
@@ -141,19 +124,13 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
     if base is None and config.gates.regression.any:
         log.warning("gates: %s compare with a baseline; without --baseline they are not checked",
                     ", ".join(config.gates.regression.names))
-    if config.model.resolved_format() is ModelFormat.TFLITE:
-        return _check_existing(config, out_dir, targets, base)
-    if suggest_keep_float:
-        _can_suggest(config, targets)
-    key = None
-    if cache is not None:
-        key, why = cache.key(config, out_dir, suggest_keep_float, base)
-        if key is None:
-            log.info("cache: not cacheable: %s", why)
-        elif (files := cache.load(key)) is not None and (
-                served := _from_cache(config, out_dir, targets, key, files)) is not None:
-            return served
+    return out_dir, targets, base
 
+
+def _run(config: PipelineConfig, out_dir: Path, targets: list[Target], progress: Progress | None,
+         suggest_keep_float: bool, base: dict[str, Any] | None) -> BuildResult:
+    """The build in a work folder of its own with a converter worker (the one the builds share, if any); a
+    second build when the repair search chose a change; the pipeline's own code forgotten after."""
     from .converters.tflite_export import Worker, shared_worker
 
     shared = shared_worker()
@@ -169,7 +146,7 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
             result = _build(config, out_dir, targets, Path(work), progress, suggest_keep_float, base, worker)
             if not isinstance(result, BuildResult):  # the repair search chose a change: build with it
                 (Path(work) / "repaired").mkdir()
-                result = _build(*result[:1], out_dir, targets, Path(work) / "repaired", progress, suggest_keep_float,
+                result = _build(result[0], out_dir, targets, Path(work) / "repaired", progress, suggest_keep_float,
                                 base, worker, result[1])
                 assert isinstance(result, BuildResult)  # a repaired build does not search again
     except OSError as exc:
@@ -180,16 +157,7 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
                           "output is unchanged)") from None
     finally:
         forget_user_code(modules_before, config.source.parent)
-    if cache is not None and key is not None:
-        cache.store(key, out_dir)
     return result
-
-
-def _converts_again(config: PipelineConfig, suggest_keep_float: bool, repaired: rm.Repair | None) -> bool:
-    """Whether the build may ask the converter worker for more after its conversion: the keep_float
-    suggestion's trials and the repair search (both part of the verification) and a repaired rebuild."""
-    return config.verify.parity and (suggest_keep_float or config.verify.suggest_keep_float
-                                     or (repaired is None and config.repair.enabled))
 
 
 def _output_holds_no_input(config: PipelineConfig, out_dir: Path) -> None:
@@ -257,7 +225,7 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     clock.lap("passes")
     clock.begin("converting")
     converted = convert_stage(config, cleaned.graph, graph_fn, data.calib, data.evaluation, work, worker, progress,
-                              converts_again=_converts_again(config, suggest_keep_float, repaired))
+                              keep_worker=converts_again(config, suggest_keep_float, repaired is not None))
     del graph_fn  # it holds the weights once more: not kept through the build
     clock.lap("convert")
     results = check_targets(converted.model, targets)
@@ -314,39 +282,10 @@ def _finish(config: PipelineConfig, out_dir: Path, targets: list[Target], work: 
         keep_float_suggestion=s.verification.keep_float_suggestion, repair=found, invoke=s.runs,
         onnx=onnx.section if onnx is not None else None, timings=clock.to_json())
     if baseline is not None:
-        body = _against_baseline(body, baseline, checks, config)
+        body = against_baseline(body, baseline, checks, config.gates.regression)
     graph_io = ([i.node for i in graph.inputs], [canonical(o.tensor) for o in graph.outputs])
     files = {**fw.files, **(onnx.files if onnx is not None else {}), **overlays}
     return _commit(config, out_dir, f"{config.build_name}.tflite", tflite, body, s.results, graph_io, files)
-
-
-def _with_repair(config: PipelineConfig) -> PipelineConfig:
-    """--repair: the pipeline with repair.enabled, refused where the pipeline file would be."""
-    problems = []
-    if config.model.resolved_format() is ModelFormat.TFLITE:
-        problems.append("--repair does not apply to an existing .tflite model (it is checked as it is)")
-    elif config.evaluation is None or not config.verify.parity:
-        problems.append("--repair needs an evaluation section and verify.parity (the gates it meets are measured "
-                        "there)")
-    elif not config.quantization.mode.calibrated:
-        problems.append(f"--repair applies to modes int8 and int16x8 only (mode is {config.quantization.mode.value})")
-    if problems:
-        raise ConfigError(problems)
-    return config.replace(repair=dataclasses.replace(config.repair, enabled=True))
-
-
-def _can_suggest(config: PipelineConfig, targets: Sequence[Target]) -> None:
-    """--suggest-keep-float needs what verify.suggest_keep_float needs in the pipeline file."""
-    limits = gate_limits(config)
-    problems = []
-    if config.evaluation is None or all(v is None for v in (limits.max_accuracy_drop, limits.min_top1_agreement,
-                                                            limits.min_sqnr_db, limits.min_cosine)):
-        problems.append("--suggest-keep-float needs an evaluation section and a parity gate to meet "
-                        "(gates.max_accuracy_drop, min_top1_agreement, min_sqnr_db or min_cosine)")
-    problems += [f"--suggest-keep-float: target {t.name!r} runs no float ops left in a quantized model: "
-                 f"{quantization_line(t)}" for t in targets if not t.quantization.float_fallback]
-    if problems:
-        raise ConfigError(problems)
 
 
 def _check_existing(config: PipelineConfig, out_dir: Path, targets: list[Target],
@@ -376,21 +315,8 @@ def _check_existing(config: PipelineConfig, out_dir: Path, targets: list[Target]
     body = assemble(config, out_dir, model=source, tflite=model, targets=targets_json,
                     gate=verdict.Verdict(checks).to_json(), memory=fw.memory, firmware=fw.firmware, overlays=overlays)
     if baseline is not None:
-        body = _against_baseline(body, baseline, checks, config)
+        body = against_baseline(body, baseline, checks, config.gates.regression)
     return _commit(config, out_dir, tflite_name, data, body, results, None, {**fw.files, **overlays})
-
-
-def _against_baseline(body: rm.Report, baseline: Mapping[str, Any], checks: Sequence[verdict.Check],
-                      config: PipelineConfig) -> rm.Report:
-    """The report with what changed since the baseline report and the regression gates it fails; the
-    comparison is made with the verdict before those gates."""
-    changes = diff(baseline, body)
-    failed = regressions(changes, config.gates.regression)
-    final = verdict.Verdict((*checks, *verdict.regression_checks(failed, config.gates.regression.names)))
-    out = body.copy()  # a new report: the one given stays as it was
-    out["baseline"] = {"diff": changes, "regressions": failed}
-    out["gate"] = final.to_json()
-    return out
 
 
 def _commit(config: PipelineConfig, out_dir: Path, tflite_name: str, tflite: bytes, body: rm.Report,

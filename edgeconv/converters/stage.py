@@ -24,10 +24,10 @@ class Converted:
 
 
 def convert_stage(config: PipelineConfig, graph: Any, graph_fn: Any, calib: SampleSet, evaluation: SampleSet | None,
-                  work: Any, worker: Worker, progress: Progress | None, *, converts_again: bool) -> Converted:
+                  work: Any, worker: Worker, progress: Progress | None, *, keep_worker: bool) -> Converted:
     """Convert; with evaluation data, also the float .tflite (parity) and the per-op error ranking. Unless
-    the build will ask it again (``converts_again``), a worker of its own is closed right after: its memory
-    back before the checks and the verification run the models."""
+    the build will ask it again (``keep_worker``, see :func:`converts_again`), a worker of its own is
+    closed right after: its memory back before the checks and the verification run the models."""
     q = config.quantization
     batch = config.model.batch_size
     if q.mode.calibrated:
@@ -44,8 +44,15 @@ def convert_stage(config: PipelineConfig, graph: Any, graph_fn: Any, calib: Samp
     exported = converter.convert(calib, export_options(q, batch), "model", progress,
                                  debug=evaluation if analyse else None,
                                  float_reference=config.verify.parity and evaluation is not None)
-    if worker is not shared_worker() and not converts_again:
+    if worker is not shared_worker() and not keep_worker:
         worker.close()
     model = parse_tflite(exported.tflite, f"{config.build_name}.tflite")
     check_io_types(model, q.io("input").value, q.io("output").value, bool(q.int16_ops))
     return Converted(converter, exported, model)
+
+
+def converts_again(config: PipelineConfig, suggest_keep_float: bool, repaired: bool) -> bool:
+    """Whether the build may ask the converter worker for more after its conversion: the keep_float
+    suggestion's trials and the repair search (both part of the verification) and a repaired rebuild."""
+    return config.verify.parity and (suggest_keep_float or config.verify.suggest_keep_float
+                                     or (not repaired and config.repair.enabled))

@@ -15,13 +15,14 @@ from ..calibration.checks import quantization_warnings
 from ..calibration.config import CalibrationConfig
 from ..calibration.samples import Progress, SampleSet
 from ..clock import Clock
-from ..config import PipelineConfig
+from ..config import ModelFormat, PipelineConfig
 from ..converters.model import LoadedModel
 from ..converters.tflite_export import export_options
 from ..converters.tflite_reader import TFLiteModel, parse_tflite
-from ..errors import ModelError
-from ..gates import Limits
+from ..errors import ConfigError, ModelError
+from ..gates import Limits, gate_limits
 from ..targets.checker import check_model
+from ..targets.describe import quantization_line
 from ..targets.target import Target
 
 log = logging.getLogger("edgeconv")
@@ -220,3 +221,32 @@ def repaired_pipeline(config: PipelineConfig, verification: Verification, warnin
                            "as_configured": {"failed": verdict.failed_sentences(verification.checks),
                                              "findings": [w.to_json() for w in warnings]}}
     return apply(config, yaml.safe_load(found["snippet"])), searched
+
+
+def with_repair(config: PipelineConfig) -> PipelineConfig:
+    """--repair: the pipeline with repair.enabled, refused where the pipeline file would be."""
+    problems = []
+    if config.model.resolved_format() is ModelFormat.TFLITE:
+        problems.append("--repair does not apply to an existing .tflite model (it is checked as it is)")
+    elif config.evaluation is None or not config.verify.parity:
+        problems.append("--repair needs an evaluation section and verify.parity (the gates it meets are measured "
+                        "there)")
+    elif not config.quantization.mode.calibrated:
+        problems.append(f"--repair applies to modes int8 and int16x8 only (mode is {config.quantization.mode.value})")
+    if problems:
+        raise ConfigError(problems)
+    return config.replace(repair=dataclasses.replace(config.repair, enabled=True))
+
+
+def can_suggest(config: PipelineConfig, targets: Sequence[Target]) -> None:
+    """--suggest-keep-float needs what verify.suggest_keep_float needs in the pipeline file."""
+    limits = gate_limits(config)
+    problems = []
+    if config.evaluation is None or all(v is None for v in (limits.max_accuracy_drop, limits.min_top1_agreement,
+                                                            limits.min_sqnr_db, limits.min_cosine)):
+        problems.append("--suggest-keep-float needs an evaluation section and a parity gate to meet "
+                        "(gates.max_accuracy_drop, min_top1_agreement, min_sqnr_db or min_cosine)")
+    problems += [f"--suggest-keep-float: target {t.name!r} runs no float ops left in a quantized model: "
+                 f"{quantization_line(t)}" for t in targets if not t.quantization.float_fallback]
+    if problems:
+        raise ConfigError(problems)

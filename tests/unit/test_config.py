@@ -648,8 +648,8 @@ def test_repair_keeps_the_lines_of_loosened_gate_notes(tmp_path: Path) -> None:
     import numpy as np
 
     from edgeconv.gates import gate_limits
-    from edgeconv.pipeline import _with_repair
     from edgeconv.verify.repair import apply
+    from edgeconv.verify.stage import with_repair
 
     (tmp_path / "m.keras").write_bytes(b"x")
     np.savez(tmp_path / "c.npz", x=np.zeros((40, 3), np.float32))
@@ -660,6 +660,6 @@ def test_repair_keeps_the_lines_of_loosened_gate_notes(tmp_path: Path) -> None:
     config = load_pipeline(tmp_path / "p.yaml")
     notes = gate_limits(config).notes
     assert any(note.endswith("p.yaml line 6)") for note in notes), notes
-    for changed in (_with_repair(config), apply(config, {"quantization": {"per_channel": False}})):
+    for changed in (with_repair(config), apply(config, {"quantization": {"per_channel": False}})):
         assert changed.source == config.source and changed.gate_lines == config.gate_lines
         assert gate_limits(changed).notes == notes

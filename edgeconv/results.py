@@ -1,0 +1,52 @@
+"""What ``build()`` and ``check()`` return: the verdict with everything it was made from."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from . import report
+from . import report_model as rm
+from .config import PipelineConfig
+from .converters.tflite_reader import TFLiteModel
+from .exit_codes import Exit, of_gate
+from .targets.checker import TargetResult
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildResult:
+    config: PipelineConfig
+    output_dir: Path
+    tflite_path: Path
+    report: rm.Report
+    targets: tuple[TargetResult, ...]
+    cached: bool = False  # written from the build cache (the report is the cached build's)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.report["gate"]["verdict"] == "pass")
+
+    @property
+    def exit_code(self) -> Exit:
+        """What ``edgeconv build`` exits with for this build: the verdict's code (edgeconv.exit_codes)."""
+        return of_gate(self.report["gate"])
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    model: TFLiteModel
+    targets: tuple[TargetResult, ...]
+    gate: rm.Gate
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.gate["verdict"] == "pass")
+
+    @property
+    def exit_code(self) -> Exit:
+        """What ``edgeconv check`` exits with for this model: the verdict's code (edgeconv.exit_codes)."""
+        return of_gate(self.gate)
+
+    def to_json(self) -> list[rm.TargetVerdict]:
+        """The report's ``targets`` section for this model."""
+        return report.targets_json(self.targets)
