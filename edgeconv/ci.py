@@ -194,3 +194,57 @@ def _escape(text: str) -> str:
 
 def _escape_property(text: str) -> str:
     return _escape(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def check_destinations(junit: Path | None, summary: Path | None, results_json: Path | None) -> None:
+    """--junit, --summary and --results-json are written after the builds: a destination that cannot be
+    written is refused before them, not found out after minutes of work. (--baseline is read and
+    checked by each build before its heavy work.)"""
+    import os
+
+    from .errors import EdgeconvError
+    from .output import existing_ancestor
+
+    problems = []
+    for flag, path in (("junit", junit), ("summary", summary), ("results_json", results_json)):
+        if path is None:
+            continue
+        name = f"--{flag.replace('_', '-')}"
+        if path.is_dir():
+            problems.append(f"{name} {path}: is a folder; give a file path")
+            continue
+        existing = existing_ancestor(path)
+        if existing is not None and not existing.is_dir():
+            problems.append(f"{name} {path}: {existing} is a file, not a folder")
+        elif existing is not None and not os.access(existing, os.W_OK):
+            problems.append(f"{name} {path}: {existing} is not writable")
+    if problems:
+        raise EdgeconvError("\n".join(problems))
+
+
+def write_outputs(outcomes: Sequence[Outcome], *, junit: Path | None = None, summary: Path | None = None,
+                  results_json: Path | None = None) -> list[str]:
+    """JUnit XML, the Markdown summary and the results JSON where asked, each written whole (atomically);
+    on GitHub Actions the step summary too. Returns the workflow commands (annotations) to print there."""
+    import json
+    import os
+
+    from .output import write_atomically
+
+    text = summary_markdown(outcomes)
+    if junit is not None:
+        write_atomically(junit, junit_xml(outcomes))
+    if summary is not None:
+        write_atomically(summary, text)
+    if results_json is not None:
+        write_atomically(results_json, json.dumps([
+            {"pipeline": str(o.pipeline), "exit_code": o.code, "verdict": EXIT_WORDS.get(o.code, "crash"),
+             "reasons": o.report["gate"]["reasons"] if o.report else [],
+             "name": o.name, "output_dir": str(o.report_dir) if o.report_dir else None,
+             "report": str(o.report_dir / "report.json") if o.report_dir else None, "cached": o.cached,
+             "error": o.error} for o in outcomes], indent=2) + "\n")
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary:
+        with open(step_summary, "a") as handle:
+            handle.write(text + "\n" + checks_markdown(outcomes) + "\n")
+    return workflow_commands(outcomes) if os.environ.get("GITHUB_ACTIONS") == "true" else []

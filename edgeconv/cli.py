@@ -16,7 +16,7 @@ import os
 import shutil
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,10 +81,43 @@ def _parser() -> argparse.ArgumentParser:
     def command(name: str, **kwargs: Any) -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=[common], **kwargs)
 
-    b = command("build", help="run pipelines: convert, quantize, check, write the output folders")
+    _build_arguments(command("build", help="run pipelines: convert, quantize, check, write the output folders"))
+
+    v = command("validate", help="validate pipeline files (no TensorFlow needed)")
+    pipelines = _arg(v, "pipelines", type=Path, nargs="+", metavar="PIPELINE")
+    pipelines.completer = _files(".yaml", ".yml")
+
+    _check_arguments(command("check", help="check a .tflite against targets, or list an .onnx model's ops (no "
+                                            "TensorFlow needed)"))
+
+    _diff_arguments(command("diff", help="what changed between two builds (two report.json files or output "
+                                          "folders)"))
+
+    t = sub.add_parser("targets", help="list the built-in targets or show one target's rules")
+    tsub = t.add_subparsers(dest="action", required=True)
+    tsub.add_parser("list", parents=[common], help="list built-in targets")
+    show = tsub.add_parser("show", parents=[common],
+                           help="print a target's rules as text, each rule once with the ops it applies to")
+    _arg(show, "name").completer = _target_names
+    _arg(show, "--op", metavar="NAME", help="only the rules of this op (e.g. CONV_2D), with their full ids"
+    ).completer = _op_names
+
+    p = sub.add_parser("passes", help="list the graph passes")
+    p.add_subparsers(dest="action", required=True).add_parser("list", parents=[common], help="list passes")
+
+    _view_arguments(command("view", help="open a build (or a .tflite) in Model Explorer with each target's verdict "
+                                          "and the per-op quantization error on the graph (needs the view extra)"))
+
+    s = command("schema", help="print the JSON Schema of the pipeline file or the report")
+    s.add_argument("which", choices=("pipeline", "report"))
+    return parser
+
+
+def _build_arguments(b: argparse.ArgumentParser) -> None:
+    """edgeconv build's arguments."""
     _arg(b, "pipelines", type=str, nargs="+", metavar="PIPELINE",
-                   help="pipeline file(s) (pipeline.yaml); a quoted glob ('models/*.yaml') is expanded"
-                   ).completer = _files(".yaml", ".yml")
+         help="pipeline file(s) (pipeline.yaml); a quoted glob ('models/*.yaml') is expanded"
+    ).completer = _files(".yaml", ".yml")
     b.add_argument("--out", type=Path, help="output folder (default: output.dir of the pipeline; one pipeline only)")
     b.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
                    help="build N pipelines at a time, each in its own process (default 1)")
@@ -109,18 +142,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="try keeping the layers that add the most quantization error in float, one more at a time, "
                         "until the parity gates pass (as verify.suggest_keep_float)")
 
-    v = command("validate", help="validate pipeline files (no TensorFlow needed)")
-    pipelines = _arg(v, "pipelines", type=Path, nargs="+", metavar="PIPELINE")
-    pipelines.completer = _files(".yaml", ".yml")
 
-    c = command("check", help="check a .tflite against targets, or list an .onnx model's ops (no "
-                               "TensorFlow needed)")
+def _check_arguments(c: argparse.ArgumentParser) -> None:
+    """edgeconv check's arguments."""
     _arg(c, "model", type=Path, help=".tflite file, or .onnx file (ops listed, custom domains and ops "
-                                            "ONNX does not define flagged; no target rules for ONNX yet)"
-                   ).completer = _files(".tflite", ".onnx")
+         "ONNX does not define flagged; no target rules for ONNX yet)"
+    ).completer = _files(".tflite", ".onnx")
     _arg(c, "--target", action="append", dest="targets", metavar="NAME",
-                   help="target name (repeatable; default generic-int8)"
-                   ).completer = _target_names
+         help="target name (repeatable; default generic-int8)"
+    ).completer = _target_names
     c.add_argument("--format", choices=("text", "json", "md"), default="text")
     c.add_argument("--max-cpu-fallback", type=int, metavar="N",
                    help="fail (exit 1) when more than N ops of a target fall back to the CPU")
@@ -128,7 +158,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="fail when less than this share (0..1) of the MACs runs supported on a target")
     c.add_argument("--fail-on-warnings", action="store_true", help="fail when a target reports a warning")
 
-    d = command("diff", help="what changed between two builds (two report.json files or output folders)")
+
+def _diff_arguments(d: argparse.ArgumentParser) -> None:
+    """edgeconv diff's arguments."""
     d.add_argument("old", type=Path, help="baseline report.json, or the output folder holding it")
     d.add_argument("new", type=Path, help="new report.json, or the output folder holding it")
     d.add_argument("--format", choices=("text", "json", "md"), default="text")
@@ -139,36 +171,21 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--max-accuracy-regression", type=float, metavar="F",
                    help="fail when the built model's accuracy fell by more than F (0..1)")
     _arg(d, "--no-new-fallback", action="append", default=[], metavar="TARGET",
-                   help="fail when an op type newly falls back or is unsupported on TARGET (repeatable)"
-                   ).completer = _target_names
+         help="fail when an op type newly falls back or is unsupported on TARGET (repeatable)"
+    ).completer = _target_names
 
-    t = sub.add_parser("targets", help="list the built-in targets or show one target's rules")
-    tsub = t.add_subparsers(dest="action", required=True)
-    tsub.add_parser("list", parents=[common], help="list built-in targets")
-    show = tsub.add_parser("show", parents=[common],
-                           help="print a target's rules as text, each rule once with the ops it applies to")
-    _arg(show, "name").completer = _target_names
-    _arg(show, "--op", metavar="NAME", help="only the rules of this op (e.g. CONV_2D), with their full ids"
-                      ).completer = _op_names
 
-    p = sub.add_parser("passes", help="list the graph passes")
-    p.add_subparsers(dest="action", required=True).add_parser("list", parents=[common], help="list passes")
-
-    w = command("view", help="open a build (or a .tflite) in Model Explorer with each target's verdict and the "
-                             "per-op quantization error on the graph (needs the view extra)")
+def _view_arguments(w: argparse.ArgumentParser) -> None:
+    """edgeconv view's arguments."""
     _arg(w, "path", type=Path, metavar="BUILD_DIR|MODEL",
-                   help="a build's output folder (its report.json, model and explorer/ overlays), or a .tflite "
-                        "checked now").completer = _files(".tflite")
+         help="a build's output folder (its report.json, model and explorer/ overlays), or a .tflite "
+         "checked now").completer = _files(".tflite")
     _arg(w, "--target", action="append", dest="targets", metavar="NAME",
-                   help="only this target's overlays (repeatable; default: every target of the build, or "
-                        "generic-int8 for a .tflite)").completer = _target_names
+         help="only this target's overlays (repeatable; default: every target of the build, or "
+         "generic-int8 for a .tflite)").completer = _target_names
     w.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1: this machine only)")
     w.add_argument("--port", type=int, default=0, help="port to serve on (default: a free one)")
     w.add_argument("--no-browser", action="store_true", help="print the address; do not open a browser")
-
-    s = command("schema", help="print the JSON Schema of the pipeline file or the report")
-    s.add_argument("which", choices=("pipeline", "report"))
-    return parser
 
 
 Terminated = cancel.Terminated
@@ -332,7 +349,9 @@ def _build_many(args: argparse.Namespace) -> int:
         raise EdgeconvError(f"--out applies to one pipeline; {len(paths)} were given (each writes its output.dir)")
     if args.jobs < 1:
         raise EdgeconvError(f"-j must be at least 1, got {args.jobs}")
-    _check_destinations(args)
+    from .ci import check_destinations, write_outputs
+
+    check_destinations(args.junit, args.summary, args.results_json)
     options = BuildOptions(out=args.out, baseline=args.baseline, no_cache=args.no_cache, cache_dir=args.cache_dir,
                            suggest_keep_float=args.suggest_keep_float, repair=args.repair, verbose=args.verbose)
     if len(paths) == 1:
@@ -341,7 +360,8 @@ def _build_many(args: argparse.Namespace) -> int:
         outcomes = build_many(paths, options, jobs=args.jobs, on_outcome=_print_outcome)
         print()
         print(summary_markdown(outcomes).rstrip())
-    _ci_outputs(outcomes, args)
+    for line in write_outputs(outcomes, junit=args.junit, summary=args.summary, results_json=args.results_json):
+        print(line)
     return worst(outcomes)
 
 
@@ -367,30 +387,6 @@ def _build_single(path: Path, options: Any, *, quiet: bool) -> Any:
     return outcome
 
 
-def _check_destinations(args: argparse.Namespace) -> None:
-    """--junit, --summary and --results-json are written after the builds: a destination that cannot be
-    written is refused before them, not found out after minutes of work. (--baseline is read and
-    checked by each build before its heavy work.)"""
-    from .output import existing_ancestor
-
-    problems = []
-    for flag in ("junit", "summary", "results_json"):
-        path: Path | None = getattr(args, flag)
-        if path is None:
-            continue
-        name = f"--{flag.replace('_', '-')}"
-        if path.is_dir():
-            problems.append(f"{name} {path}: is a folder; give a file path")
-            continue
-        existing = existing_ancestor(path)
-        if existing is not None and not existing.is_dir():
-            problems.append(f"{name} {path}: {existing} is a file, not a folder")
-        elif existing is not None and not os.access(existing, os.W_OK):
-            problems.append(f"{name} {path}: {existing} is not writable")
-    if problems:
-        raise EdgeconvError("\n".join(problems))
-
-
 def _print_outcome(o: Any) -> None:
     from .exit_codes import WORDS as EXIT_WORDS
 
@@ -400,36 +396,6 @@ def _print_outcome(o: Any) -> None:
     print_lines([f"{rel(o.pipeline)}: {EXIT_WORDS.get(o.code, o.code).upper()} in {o.seconds:.1f} s{where}"
                  f"{' (cached)' if o.cached else ''}", *(f"  {line}" for line in (o.error or "").splitlines())],
                 sys.stdout)
-
-
-def _ci_outputs(outcomes: list[Any], args: argparse.Namespace) -> None:
-    """JUnit XML, the Markdown summary, and on GitHub Actions the step summary and annotations."""
-    from .ci import junit_xml, summary_markdown, workflow_commands
-    from .output import write_atomically
-
-    text = summary_markdown(outcomes)
-    if args.junit is not None:
-        write_atomically(args.junit, junit_xml(outcomes))
-    if args.summary is not None:
-        write_atomically(args.summary, text)
-    if args.results_json is not None:
-        from .exit_codes import WORDS as EXIT_WORDS
-
-        write_atomically(args.results_json, json.dumps([
-            {"pipeline": str(o.pipeline), "exit_code": o.code, "verdict": EXIT_WORDS.get(o.code, "crash"),
-             "reasons": o.report["gate"]["reasons"] if o.report else [],
-             "name": o.name, "output_dir": str(o.report_dir) if o.report_dir else None,
-             "report": str(o.report_dir / "report.json") if o.report_dir else None, "cached": o.cached,
-             "error": o.error} for o in outcomes], indent=2) + "\n")
-    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if step_summary:
-        from .ci import checks_markdown
-
-        with open(step_summary, "a") as handle:
-            handle.write(text + "\n" + checks_markdown(outcomes) + "\n")
-    if os.environ.get("GITHUB_ACTIONS") == "true":
-        for line in workflow_commands(outcomes):
-            print(line)
 
 
 def _validate(paths: Sequence[Path], *, quiet: bool = False) -> int:
@@ -462,7 +428,7 @@ def _check(args: argparse.Namespace) -> int:
         return _check_onnx(args)
     from .config import GatesConfig
     from .pipeline import check
-    from .report import targets_markdown
+    from .report import target_lines, targets_markdown
 
     targets = args.targets or ["generic-int8"]
     gates = GatesConfig(
@@ -483,7 +449,7 @@ def _check(args: argparse.Namespace) -> int:
         lines = [f"model: {found.sentence}"] if found is not None and not args.quiet else []
         brief = (found is not None and found.explains_every_op) or args.quiet
         for t in data:
-            lines += _target_lines(t, per_op=not brief)
+            lines += target_lines(t, per_op=not brief)
         if brief and not args.quiet:
             lines.append("(every op fails an integer target for that reason; per-op details: --format md or json)")
         lines += [f"gate: {reason}" for reason in result.gate["reasons"]]
@@ -537,40 +503,6 @@ def _check_onnx(args: argparse.Namespace) -> int:
         for w in warnings:
             print(f"warning: {w}")
     return EXIT_GATE if warnings and args.fail_on_warnings else EXIT_OK
-
-
-def _target_lines(t: Mapping[str, object], *, per_op: bool = True) -> list[str]:
-    lines: list[str] = []
-    c, shares = t["counts"], t["shares"]
-    assert isinstance(c, dict) and isinstance(shares, dict)
-    if t.get("error"):
-        return [f"{t['name']}: ERROR: {t['error']}"]
-    uncertain = f", {c['uncertain']} uncertain" if c.get("uncertain") else ""
-    lines.append(f"{t['name']}: {str(t['verdict']).upper()} ({c['supported']} supported{uncertain}, "
-                 f"{c['cpu_fallback']} cpu_fallback, {c['unsupported']} unsupported; {shares['macs']:.1%} of MACs "
-                 "supported)")
-    from .report import estimates_line
-
-    estimated = estimates_line(t)
-    if estimated is not None:
-        lines.append(f"  {estimated}")
-    blocking = t.get("first_blocking_op")
-    if not per_op:
-        return lines
-    if isinstance(blocking, dict):
-        lines.append(f"  first blocking op: #{blocking['index']} {blocking['type']}: "
-                     f"{'; '.join(blocking['reasons'])}")
-    ops = t["ops"]
-    assert isinstance(ops, list)
-    for op in ops:
-        if op.get("follows_blocking_op"):
-            continue
-        for v in op["violations"]:
-            lines.append(f"  #{op['index']} {op['type']} [{v['effect']}] {v['rule']}: {v['detail']}")
-    following = sum(1 for op in ops if op.get("follows_blocking_op"))
-    if following:
-        lines.append(f"  {following} later op(s) run on the CPU only because they depend on a blocking op")
-    return lines
 
 
 def _targets(args: argparse.Namespace) -> int:

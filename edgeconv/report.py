@@ -561,3 +561,37 @@ def passes_markdown(p: Mapping[str, Any]) -> list[str]:
     if p["notes"]:
         lines.append("")
     return lines
+
+
+def target_lines(t: Mapping[str, object], *, per_op: bool = True) -> list[str]:
+    lines: list[str] = []
+    c, shares = t["counts"], t["shares"]
+    assert isinstance(c, dict) and isinstance(shares, dict)
+    if t.get("error"):
+        return [f"{t['name']}: ERROR: {t['error']}"]
+    uncertain = f", {c['uncertain']} uncertain" if c.get("uncertain") else ""
+    lines.append(f"{t['name']}: {str(t['verdict']).upper()} ({c['supported']} supported{uncertain}, "
+                 f"{c['cpu_fallback']} cpu_fallback, {c['unsupported']} unsupported; {shares['macs']:.1%} of MACs "
+                 "supported)")
+    from .report import estimates_line
+
+    estimated = estimates_line(t)
+    if estimated is not None:
+        lines.append(f"  {estimated}")
+    blocking = t.get("first_blocking_op")
+    if not per_op:
+        return lines
+    if isinstance(blocking, dict):
+        lines.append(f"  first blocking op: #{blocking['index']} {blocking['type']}: "
+                     f"{'; '.join(blocking['reasons'])}")
+    ops = t["ops"]
+    assert isinstance(ops, list)
+    for op in ops:
+        if op.get("follows_blocking_op"):
+            continue
+        for v in op["violations"]:
+            lines.append(f"  #{op['index']} {op['type']} [{v['effect']}] {v['rule']}: {v['detail']}")
+    following = sum(1 for op in ops if op.get("follows_blocking_op"))
+    if following:
+        lines.append(f"  {following} later op(s) run on the CPU only because they depend on a blocking op")
+    return lines
