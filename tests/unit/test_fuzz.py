@@ -228,12 +228,12 @@ def _report_paths(node: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, 
 
 
 def _report_mutants() -> Iterator[tuple[str, Any]]:
-    """Systematic: every field of a real report replaced by each kind of JSON value, deleted, or given an
-    unknown neighbour; then deep nesting. About 2,000 cases."""
+    """Systematic: every field of a real report (about 1,045) replaced by a kind of JSON value (seeded: every
+    kind on hundreds of fields) and deleted (a list item duplicated); then deep nesting. About 2,100 cases."""
     paths = list(_report_paths(REPORT))
     rng = random.Random(7)
     for path in paths:
-        for value in [*rng.sample(REPORT_VALUES, 3), KeyError]:
+        for value in [rng.choice(REPORT_VALUES), KeyError]:
             mutant = copy.deepcopy(REPORT)
             parent = mutant
             for key in path[:-1]:
