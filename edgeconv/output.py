@@ -164,12 +164,9 @@ def foreign_file(path: Path) -> str | None:
                 continue
             if file.is_symlink() or not file.is_file() or shown not in listed:
                 return shown
-            digest = hashlib.sha256()
             with open(file, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(block)
-            if digest.hexdigest() != listed[shown]:
-                return shown
+                if hashlib.file_digest(f, "sha256").hexdigest() != listed[shown]:
+                    return shown
     return None
 
 

@@ -101,13 +101,25 @@ def _called(node: Any) -> Iterator[str]:
         yield from (f.name for f in attr.list.func)
 
 
-def refusals(nodes: Iterable[Any], functions: Mapping[str, Any], *, restore: bool = False) -> list[str]:
-    """Every node of ``nodes`` and of the functions they call (and those call) that may not run. With
-    ``restore`` (what the loader runs to restore variables), a restore op inside a function may read the
-    checkpoint its caller names (a function argument), and nothing else."""
+def refusals(nodes: Iterable[Any], functions: Mapping[str, Any], *, called: Iterable[str] = (),
+             restore: bool = False) -> list[str]:
+    """Every node of ``nodes``, of the functions named in ``called`` (the loader calls them itself), and of
+    the functions they call (and those call) that may not run. With ``restore`` (what the loader runs to
+    restore variables), a restore op inside a function may read the checkpoint its caller names (a
+    function argument), and nothing else."""
     found: list[str] = []
     todo: list[tuple[Any, str, frozenset[str] | None]] = [(n, str(n.name), None) for n in nodes]
     seen: set[str] = set()
+
+    def enter(name: str) -> None:
+        if name in functions and name not in seen:
+            seen.add(name)
+            function = functions[name]
+            args = frozenset(a.name for a in function.signature.input_arg)
+            todo.extend((n, f"{name}/{n.name}", args) for n in function.node_def)
+
+    for name in called:
+        enter(name)
     while todo:
         node, where, args = todo.pop()
         if restore and args is not None and node.op in RESTORE_OPS:
@@ -119,11 +131,7 @@ def refusals(nodes: Iterable[Any], functions: Mapping[str, Any], *, restore: boo
         if problem:
             found.append(problem)
         for name in _called(node):
-            if name in functions and name not in seen:
-                seen.add(name)
-                function = functions[name]
-                names = frozenset(a.name for a in function.signature.input_arg)
-                todo.extend((n, f"{name}/{n.name}", names) for n in function.node_def)
+            enter(name)
     return sorted(found)
 
 
@@ -206,22 +214,7 @@ def _restore_refusals(meta: Any, nodes: Mapping[str, Any], functions: Mapping[st
         for saveable in obj.saveable_objects.values():
             for ref in (saveable.save_function, saveable.restore_function):
                 names += _concrete_functions(meta.object_graph_def.nodes, ref)
-    calls = [_Call(name) for name in dict.fromkeys(names) if name in functions]
-    return sorted(set(found + refusals(calls, functions, restore=True)))
-
-
-class _Call:
-    """A node that only calls ``name`` (how the loader calls a restored concrete function)."""
-
-    def __init__(self, name: str) -> None:
-        self.name, self.op = f"<loader call of {name}>", "PartitionedCall"
-        self.attr = {"f": _FuncAttr(name)}
-
-
-class _FuncAttr:
-    def __init__(self, name: str) -> None:
-        self.func = type("F", (), {"name": name})()
-        self.list = type("L", (), {"func": ()})()
+    return sorted(set(found + refusals((), functions, called=names, restore=True)))
 
 
 def _concrete_functions(objects: Any, index: int) -> list[str]:
