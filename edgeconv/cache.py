@@ -27,7 +27,7 @@ from .calibration.checks import path_sha256
 from .config import PipelineConfig, installed_toolchain, resolved_yaml
 from .output import MARKER
 
-log = logging.getLogger("edgeconv")
+log = logging.getLogger(__name__)
 
 FORMAT = 2  # bump when what an entry holds changes (2: the sha256 of every file)
 # Libraries on the path from the data to the bytes that are not toolchain parts of their own (TOOLCHAIN is

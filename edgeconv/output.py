@@ -28,7 +28,7 @@ from . import cancel
 from .errors import OutputError, rel
 
 MARKER = ".edgeconv-output"
-log = logging.getLogger("edgeconv")
+log = logging.getLogger(__name__)
 # Fault injection for the reliability tests: die (SIGKILL), or be asked to stop (SIGTERM), at this step.
 _KILL_AT = "EDGECONV_TEST_KILL_AT"
 _TERM_AT = "EDGECONV_TEST_TERM_AT"

@@ -53,7 +53,7 @@ from .verify.stage import Verification, can_suggest, repaired_pipeline, verifica
 if TYPE_CHECKING:
     from .converters.tflite_export import Worker
 
-log = logging.getLogger("edgeconv")
+log = logging.getLogger(__name__)
 
 
 def check(model_path: str | Path, targets: Sequence[str] = ("generic-int8",),

@@ -17,7 +17,7 @@ from .checks import DataWarning, activation_warnings, data_warnings, quantizatio
 from .config import CalibrationConfig, EvaluationConfig
 from .samples import Progress, RandomReader, SampleSet, collect
 
-log = logging.getLogger("edgeconv")
+log = logging.getLogger(__name__)
 
 
 def collect_section(cfg: CalibrationConfig | EvaluationConfig, role: str, inputs: Sequence[TensorSpec],

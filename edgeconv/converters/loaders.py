@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ..calibration.samples import Progress
     from .tflite_export import Worker
 
-log = logging.getLogger("edgeconv")
+log = logging.getLogger(__name__)
 
 
 def _keras(cfg: ModelConfig, base_dir: Path) -> LoadedModel:

@@ -13,7 +13,7 @@ from .io_check import check_io_types
 from .tflite_export import Converter, Worker, export_options, shared_worker
 from .tflite_reader import TFLiteModel, parse_tflite
 
-log = logging.getLogger("edgeconv")
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)

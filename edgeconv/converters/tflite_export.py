@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 WORKER = "edgeconv.converters._tflite_worker"
 EXIT_CONVERTER_ERROR = 2  # the worker's exit code when the converter rejected the model
 _LOG_TAIL = 40
-_log = logging.getLogger("edgeconv")
+_log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,7 @@ from ..converters.tflite_reader import OpInfo, TFLiteModel
 from .cost import OpCost, op_cost
 from .target import Effect, OpStatus, Placement, Rule, Target
 
-log = logging.getLogger("edgeconv")
+log = logging.getLogger(__name__)
 
 
 class Verdict(enum.Enum):

@@ -19,7 +19,7 @@ from ..errors import ModelError
 from ..ir import FrozenGraph
 from ..passes import PassResult
 
-log = logging.getLogger("edgeconv")
+log = logging.getLogger(__name__)
 
 
 def equivalence(reference: Any, graph: FrozenGraph, fn: Any, calib: SampleSet, batch_size: int, samples: int,

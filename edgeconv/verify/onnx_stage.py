@@ -15,7 +15,7 @@ from ..config import PipelineConfig
 from ..converters.tflite_reader import TFLiteModel
 from ..ir import FrozenGraph
 
-log = logging.getLogger("edgeconv")
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,7 @@ else:
     np = lazy_import("numpy")
 
 
-log = logging.getLogger("edgeconv")
+log = logging.getLogger(__name__)
 _CHATTER = re.compile(r"^INFO: (Created TensorFlow Lite XNNPACK delegate for CPU"
                       r"|Replacing \d+ node\(s\) with delegate)")
 

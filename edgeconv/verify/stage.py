@@ -25,7 +25,7 @@ from ..targets.checker import check_model
 from ..targets.describe import quantization_line
 from ..targets.target import Target
 
-log = logging.getLogger("edgeconv")
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeconv.cli import _parser, main
+from edgeconv.arguments import parser as _parser
+from edgeconv.cli import main
 
 from ..conftest import REPO, run_edgeconv
 

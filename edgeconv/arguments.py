@@ -1,0 +1,172 @@
+"""The command line's arguments: one parser per command, with their help text and shell completion.
+
+Parsing only: :mod:`edgeconv.cli` calls the library with what was parsed.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ._version import __version__
+
+
+def _arg(parser: Any, *names: str, **options: Any) -> Any:
+    """``parser.add_argument``, typed so that argcomplete's ``completer`` can be set on what it returns
+    (argparse's Action has no such field)."""
+    return parser.add_argument(*names, **options)
+
+
+def _files(*suffixes: str) -> Any:
+    """Shell completion (argcomplete) of paths: folders, and files with these suffixes."""
+    def complete(prefix: str, **_: Any) -> list[str]:
+        folder, slash, start = prefix.rpartition("/")
+        base = Path(folder + slash or ".")
+        try:
+            entries = sorted(base.iterdir())
+        except OSError:
+            return []
+        shown = f"{folder}{slash}"
+        return [f"{shown}{e.name}/" if e.is_dir() else f"{shown}{e.name}" for e in entries
+                if e.name.startswith(start) and not e.name.startswith(".") and (e.is_dir() or e.suffix in suffixes)]
+    return complete
+
+
+def _target_names(prefix: str, **_: Any) -> list[str]:
+    from .targets import builtin_target_names
+
+    return [n for n in builtin_target_names() if n.startswith(prefix)]
+
+
+def _op_names(prefix: str, **_: Any) -> list[str]:
+    from .converters.tflite_ops import BUILTIN_OP_NAMES
+
+    return sorted(n for n in BUILTIN_OP_NAMES if n.startswith(prefix.upper()))
+
+
+def parser() -> argparse.ArgumentParser:
+    """edgeconv's argument parser: a sub-command each, -q/-v on every one."""
+    top = argparse.ArgumentParser(
+        prog="edgeconv",
+        description="Convert TensorFlow/Keras models to gated INT8 .tflite for edge targets.",
+        epilog="Exit codes: 0 pass, 1 a target or gate fails, 2 usage/config/model/data error, 3 internal error.")
+    top.add_argument("--version", action="version", version=f"edgeconv {__version__}")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # -q and -v on every command (after the command: `edgeconv check -q model.tflite`).
+    common = argparse.ArgumentParser(add_help=False)
+    loudness = common.add_argument_group("console").add_mutually_exclusive_group()
+    loudness.add_argument("-q", "--quiet", action="store_true",
+                          help="print only the result: no progress, no log lines (errors still go to stderr)")
+    loudness.add_argument("-v", "--verbose", action="store_true",
+                          help="also print debug lines, and the log lines of the tools edgeconv runs "
+                               "(TensorFlow, LiteRT, Model Explorer) that are otherwise kept out")
+
+    def command(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kwargs)
+
+    _build_arguments(command("build", help="run pipelines: convert, quantize, check, write the output folders"))
+
+    v = command("validate", help="validate pipeline files (no TensorFlow needed)")
+    pipelines = _arg(v, "pipelines", type=Path, nargs="+", metavar="PIPELINE")
+    pipelines.completer = _files(".yaml", ".yml")
+
+    _check_arguments(command("check", help="check a .tflite against targets, or list an .onnx model's ops (no "
+                                            "TensorFlow needed)"))
+
+    _diff_arguments(command("diff", help="what changed between two builds (two report.json files or output "
+                                          "folders)"))
+
+    t = sub.add_parser("targets", help="list the built-in targets or show one target's rules")
+    tsub = t.add_subparsers(dest="action", required=True)
+    tsub.add_parser("list", parents=[common], help="list built-in targets")
+    show = tsub.add_parser("show", parents=[common],
+                           help="print a target's rules as text, each rule once with the ops it applies to")
+    _arg(show, "name").completer = _target_names
+    _arg(show, "--op", metavar="NAME", help="only the rules of this op (e.g. CONV_2D), with their full ids"
+    ).completer = _op_names
+
+    p = sub.add_parser("passes", help="list the graph passes")
+    p.add_subparsers(dest="action", required=True).add_parser("list", parents=[common], help="list passes")
+
+    _view_arguments(command("view", help="open a build (or a .tflite) in Model Explorer with each target's verdict "
+                                          "and the per-op quantization error on the graph (needs the view extra)"))
+
+    s = command("schema", help="print the JSON Schema of the pipeline file or the report")
+    s.add_argument("which", choices=("pipeline", "report"))
+    return top
+
+
+def _build_arguments(b: argparse.ArgumentParser) -> None:
+    """edgeconv build's arguments."""
+    _arg(b, "pipelines", type=str, nargs="+", metavar="PIPELINE",
+         help="pipeline file(s) (pipeline.yaml); a quoted glob ('models/*.yaml') is expanded"
+    ).completer = _files(".yaml", ".yml")
+    b.add_argument("--out", type=Path, help="output folder (default: output.dir of the pipeline; one pipeline only)")
+    b.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
+                   help="build N pipelines at a time, each in its own process (default 1)")
+    b.add_argument("--junit", type=Path, metavar="PATH",
+                   help="write JUnit XML: a test case per pipeline and target, and per gate")
+    b.add_argument("--results-json", type=Path, metavar="PATH",
+                   help="write each pipeline's result as JSON: pipeline, exit code, verdict, report folder")
+    b.add_argument("--summary", type=Path, metavar="PATH",
+                   help="write a Markdown summary (a PR comment); on GitHub Actions it is also appended to "
+                        "$GITHUB_STEP_SUMMARY")
+    b.add_argument("--baseline", type=Path, metavar="REPORT",
+                   help="an earlier report.json (or its output folder): the report says what changed, and the "
+                        "regression gates (gates.max_size_growth, no_new_fallback, ...) can fail the build")
+    b.add_argument("--no-cache", action="store_true",
+                   help="build even when the cache holds this build (also: EDGECONV_NO_CACHE=1)")
+    b.add_argument("--cache-dir", type=Path, metavar="DIR",
+                   help="build cache folder (default: $EDGECONV_CACHE_DIR, else ~/.cache/edgeconv)")
+    b.add_argument("--repair", action="store_true",
+                   help="when the agreement or accuracy gates fail, search for the cheapest quantization change "
+                        "every target runs that passes them, and build with it (as repair.enabled)")
+    b.add_argument("--suggest-keep-float", action="store_true",
+                   help="try keeping the layers that add the most quantization error in float, one more at a time, "
+                        "until the parity gates pass (as verify.suggest_keep_float)")
+
+
+def _check_arguments(c: argparse.ArgumentParser) -> None:
+    """edgeconv check's arguments."""
+    _arg(c, "model", type=Path, help=".tflite file, or .onnx file (ops listed, custom domains and ops "
+         "ONNX does not define flagged; no target rules for ONNX yet)"
+    ).completer = _files(".tflite", ".onnx")
+    _arg(c, "--target", action="append", dest="targets", metavar="NAME",
+         help="target name (repeatable; default generic-int8)"
+    ).completer = _target_names
+    c.add_argument("--format", choices=("text", "json", "md"), default="text")
+    c.add_argument("--max-cpu-fallback", type=int, metavar="N",
+                   help="fail (exit 1) when more than N ops of a target fall back to the CPU")
+    c.add_argument("--min-mac-share", type=float, metavar="F",
+                   help="fail when less than this share (0..1) of the MACs runs supported on a target")
+    c.add_argument("--fail-on-warnings", action="store_true", help="fail when a target reports a warning")
+
+
+def _diff_arguments(d: argparse.ArgumentParser) -> None:
+    """edgeconv diff's arguments."""
+    d.add_argument("old", type=Path, help="baseline report.json, or the output folder holding it")
+    d.add_argument("new", type=Path, help="new report.json, or the output folder holding it")
+    d.add_argument("--format", choices=("text", "json", "md"), default="text")
+    d.add_argument("--max-size-growth", type=float, metavar="F",
+                   help="fail (exit 1) when the .tflite grew by more than this share of the old size")
+    d.add_argument("--max-arena-growth", type=float, metavar="F",
+                   help="fail when the tensor-arena estimate grew by more than this share")
+    d.add_argument("--max-accuracy-regression", type=float, metavar="F",
+                   help="fail when the built model's accuracy fell by more than F (0..1)")
+    _arg(d, "--no-new-fallback", action="append", default=[], metavar="TARGET",
+         help="fail when an op type newly falls back or is unsupported on TARGET (repeatable)"
+    ).completer = _target_names
+
+
+def _view_arguments(w: argparse.ArgumentParser) -> None:
+    """edgeconv view's arguments."""
+    _arg(w, "path", type=Path, metavar="BUILD_DIR|MODEL",
+         help="a build's output folder (its report.json, model and explorer/ overlays), or a .tflite "
+         "checked now").completer = _files(".tflite")
+    _arg(w, "--target", action="append", dest="targets", metavar="NAME",
+         help="only this target's overlays (repeatable; default: every target of the build, or "
+         "generic-int8 for a .tflite)").completer = _target_names
+    w.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1: this machine only)")
+    w.add_argument("--port", type=int, default=0, help="port to serve on (default: a free one)")
+    w.add_argument("--no-browser", action="store_true", help="print the address; do not open a browser")

@@ -1,0 +1,57 @@
+"""What ``edgeconv check`` prints: a checked .tflite, or an ONNX model's op listing, as text, Markdown
+or JSON. The lines only; the command line prints them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import report_model as rm
+from .errors import rel
+from .results import CheckResult
+
+
+def check_lines(path: Path, result: CheckResult, fmt: str, *, quiet: bool = False) -> list[str]:
+    """A checked .tflite: each target's verdict (per op unless one model-wide cause explains every op, as
+    the diagnosis says), then the gate's reasons; ``fmt`` is ``text``, ``md`` or ``json``."""
+    from .report import target_lines, targets_markdown
+    from .targets.diagnosis import diagnose
+
+    data = result.to_json()
+    if fmt == "json":
+        return [json.dumps(data, indent=2)]
+    found = diagnose(result.model)
+    if fmt == "md":
+        said = [f"**Model:** {found.sentence}", ""] if found is not None else []
+        return ["\n".join([f"# edgeconv check: {rel(path)}", "", *said, *targets_markdown(data)])]
+    lines = [f"model: {found.sentence}"] if found is not None and not quiet else []
+    brief = (found is not None and found.explains_every_op) or quiet
+    for t in data:
+        lines += target_lines(t, per_op=not brief)
+    if brief and not quiet:
+        lines.append("(every op fails an integer target for that reason; per-op details: --format md or json)")
+    return lines + [f"gate: {reason}" for reason in result.gate["reasons"]]
+
+
+def onnx_warnings(summary: rm.OnnxSummary) -> list[str]:
+    """What in an ONNX model runs only somewhere special, or nowhere."""
+    return ([f"custom domain {d}: runs only where that domain's ops are implemented"
+             for d in summary["custom_domains"]]
+            + [f"op {op} is not defined by ONNX (a converter left it; no runtime knows it)"
+               for op in summary["unknown_ops"]])
+
+
+def onnx_lines(path: Path, summary: rm.OnnxSummary, warnings: Sequence[str], fmt: str) -> list[str]:
+    """An ONNX model's opsets, op counts and warnings (no target rules for ONNX yet)."""
+    from .report import onnx_model_markdown
+
+    data: dict[str, Any] = {**summary, "warnings": list(warnings)}
+    if fmt == "json":
+        return [json.dumps(data, indent=2)]
+    if fmt == "md":
+        return ["\n".join([f"# edgeconv check: {rel(path)}", "", *onnx_model_markdown(data)])]
+    opsets = ", ".join(f"{k} {v}" for k, v in summary["opsets"].items())
+    return [f"{rel(path)}: ONNX, opset {opsets}, {sum(summary['ops'].values())} ops",
+            *(f"  {op} x{count}" for op, count in summary["ops"].items()), *(f"warning: {w}" for w in warnings)]
