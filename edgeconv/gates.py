@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import rel
@@ -29,6 +30,21 @@ DEFAULT_GATES = ("accuracy", "agreement", "calibration", "accelerator")
 
 
 @dataclasses.dataclass(frozen=True)
+class Loosened:
+    """A default gate the pipeline loosened or turned off: the key that does it, the file and line that set
+    it (``line`` None when the key is not in the file, e.g. a pipeline built in code), and the sentence the
+    report and the console say."""
+
+    key: str  # the pipeline key: gates.min_sqnr_db, gates.disable, verify.parity, ...
+    file: Path
+    line: int | None
+    sentence: str
+
+    def __str__(self) -> str:
+        return self.sentence
+
+
+@dataclasses.dataclass(frozen=True)
 class Limits:
     """The thresholds in force for one build: the pipeline's own, else the defaults, minus the default
     gates it turned off. ``notes`` say every default the pipeline loosened or turned off, and where."""
@@ -45,7 +61,7 @@ class Limits:
     fail_on_warnings: bool = False
     max_arena_bytes: int | None = None
     max_flash_bytes: int | None = None
-    notes: tuple[str, ...] = ()
+    notes: tuple[Loosened, ...] = ()
 
 
 def check_limits(gates: GatesConfig | None) -> Limits:
@@ -61,32 +77,36 @@ def gate_limits(config: PipelineConfig) -> Limits:
     """The thresholds in force: the pipeline's, else the strict defaults, minus the default gates it turned
     off; a note for every default it loosened or turned off, with its line."""
     g = config.gates
-    lines = config.gate_lines
+    notes: list[Loosened] = []
 
-    def where(key: str) -> str:
-        return f"{rel(config.source)} line {lines[key]}" if key in lines else rel(config.source)
+    def loosened(key: str, line_key: str, sentence: Any) -> None:
+        """A note for ``key``, whose line the pipeline recorded under ``line_key``; ``sentence(where)``."""
+        line = config.gate_lines.get(line_key)
+        where = f"{rel(config.source)} line {line}" if line is not None else rel(config.source)
+        notes.append(Loosened(key, config.source, line, sentence(where)))
 
-    notes: list[str] = []
     off = set(g.disable)
-    notes += [f"default gate '{name}' disabled in {where('disable')} (gates.disable)" for name in g.disable]
+    for name in g.disable:
+        loosened("gates.disable", "disable", lambda w, n=name: f"default gate '{n}' disabled in {w} (gates.disable)")
     if not config.verify.parity and config.model.resolved_format().value != "tflite":
-        notes.append(f"the agreement and accuracy gates are not checked: verify.parity is false in "
-                     f"{where('verify.parity')}")
+        loosened("verify.parity", "verify.parity",
+                 lambda w: f"the agreement and accuracy gates are not checked: verify.parity is false in {w}")
 
     def pick(key: str, gate: str, looser: Any) -> Any:
         value = getattr(g, key)
         if value is None:
             return None if gate in off else DEFAULTS[key]
         if looser(value, DEFAULTS[key]):
-            notes.append(f"gates.{key} = {value:g} is looser than the default {DEFAULTS[key]:g} ({where(key)})")
+            loosened(f"gates.{key}", key,
+                     lambda w: f"gates.{key} = {value:g} is looser than the default {DEFAULTS[key]:g} ({w})")
         return value
 
     accelerators = {t.name for t in (load_target(name) for name in config.targets) if t.accelerator}
     for name, share in g.min_supported_mac_share.items():
         if name in accelerators and share < DEFAULTS["min_accelerator_mac_share"]:
-            notes.append(f"gates.min_supported_mac_share.{name} = {share:g} is looser than the default "
-                         f"{DEFAULTS['min_accelerator_mac_share']:g} for an accelerator "
-                         f"({where('min_supported_mac_share')})")
+            loosened(f"gates.min_supported_mac_share.{name}", "min_supported_mac_share",
+                     lambda w, n=name, v=share: f"gates.min_supported_mac_share.{n} = {v:g} is looser than the "
+                     f"default {DEFAULTS['min_accelerator_mac_share']:g} for an accelerator ({w})")
     return Limits(
         max_accuracy_drop=pick("max_accuracy_drop", "accuracy", lambda v, d: v > d),
         min_top1_agreement=pick("min_top1_agreement", "agreement", lambda v, d: v < d),

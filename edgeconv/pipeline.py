@@ -310,7 +310,7 @@ def _check_existing(config: PipelineConfig, out_dir: Path, targets: list[Target]
     overlays = explorer.node_data(model, targets_json)
     limits = gate_limits(config)
     checks = (*verdict.target_checks(results, limits),
-              *(verdict.off(f"{i}", note) for i, note in enumerate(limits.notes)),
+              *(verdict.off(f"{i}", note.sentence) for i, note in enumerate(limits.notes)),
               *verdict.memory_checks(fw.memory, limits))
     body = assemble(config, out_dir, model=source, tflite=model, targets=targets_json,
                     gate=verdict.Verdict(checks).to_json(), memory=fw.memory, firmware=fw.firmware, overlays=overlays)

@@ -296,5 +296,5 @@ def conversion_checks(limits: Limits, equivalence: Mapping[str, Any], findings: 
                    f"verify.pass_tolerance {equivalence['tolerance']:g}" if not equivalence["passed"] else
                    f"the passes changed nothing (max abs difference {equivalence['max_abs_diff']:.3g})",
                    equivalence["max_abs_diff"], equivalence["tolerance"])
-    return [*(off(f"{i}", note) for i, note in enumerate(limits.notes)), proof,
+    return [*(off(f"{i}", note.sentence) for i, note in enumerate(limits.notes)), proof,
             *(calibration_checks(findings, limits) if calibrated else ())]

@@ -659,7 +659,40 @@ def test_repair_keeps_the_lines_of_loosened_gate_notes(tmp_path: Path) -> None:
                                      "gates:\n  max_accuracy_drop: 0.2\n")
     config = load_pipeline(tmp_path / "p.yaml")
     notes = gate_limits(config).notes
-    assert any(note.endswith("p.yaml line 6)") for note in notes), notes
+    assert [(n.key, n.file, n.line) for n in notes] == [("gates.max_accuracy_drop", tmp_path / "p.yaml", 6)]
+    assert notes[0].sentence.endswith("p.yaml line 6)"), notes
     for changed in (with_repair(config), apply(config, {"quantization": {"per_channel": False}})):
         assert changed.source == config.source and changed.gate_lines == config.gate_lines
         assert gate_limits(changed).notes == notes
+
+
+@pytest.mark.parametrize(("gates", "expected"), [
+    ("gates:\n  disable: [agreement, calibration]\n",
+     [("gates.disable", 6, "default gate 'agreement' disabled in p.yaml line 6 (gates.disable)"),
+      ("gates.disable", 6, "default gate 'calibration' disabled in p.yaml line 6 (gates.disable)")]),
+    ("verify: {parity: false}\n",
+     [("verify.parity", 5, "the agreement and accuracy gates are not checked: verify.parity is false in p.yaml "
+                           "line 5")]),
+    ("gates:\n  min_sqnr_db: 19.5\n  min_top1_agreement: 0.9\n",
+     [("gates.min_sqnr_db", 6, "gates.min_sqnr_db = 19.5 is looser than the default 20 (p.yaml line 6)")]),
+    ("targets: [edgetpu]\ngates:\n  min_supported_mac_share: {edgetpu: 0.49}\n",
+     [("gates.min_supported_mac_share.edgetpu", 7, "gates.min_supported_mac_share.edgetpu = 0.49 is looser than "
+       "the default 0.5 for an accelerator (p.yaml line 7)")]),
+    ("gates:\n  min_sqnr_db: 20\n  min_top1_agreement: 0.9\n", []),
+])
+def test_each_loosened_default_names_its_key_file_and_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          gates: str, expected: list[tuple[str, int, str]]) -> None:
+    """Every default a pipeline loosens or turns off is a note with the key, the file and the line that do it
+    (just at the default is not looser: no note)."""
+    import numpy as np
+
+    from edgeconv.gates import gate_limits
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.keras").write_bytes(b"x")
+    np.savez(tmp_path / "c.npz", x=np.zeros((40, 3), np.float32))
+    (tmp_path / "p.yaml").write_text("version: 1\nmodel: {path: m.keras}\ncalibration: {path: c.npz, samples: 20, "
+                                     "min_samples: 10}\nevaluation: {path: c.npz}\n" + gates)
+    notes = gate_limits(load_pipeline(tmp_path / "p.yaml")).notes
+    assert [(n.key, n.line, n.sentence) for n in notes] == expected
+    assert all(n.file == tmp_path / "p.yaml" and str(n) == n.sentence for n in notes)
