@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from . import report_model as rm
 from .calibration.checks import path_sha256
 from .config import PipelineConfig, installed_toolchain, resolved_yaml
 from .output import MARKER
@@ -70,7 +71,7 @@ class BuildCache:
         self.shared = os.environ.get("EDGECONV_CACHE_SHARED", "") not in ("", "0")
 
     def key(self, config: PipelineConfig, out_dir: Path, suggest_keep_float: bool,
-            baseline: dict[str, Any] | None = None) -> tuple[str | None, str]:
+            baseline: rm.Report | None = None) -> tuple[str | None, str]:
         """The entry's key, or None and why the build cannot be cached."""
         base = config.source.parent
         inputs: dict[str, Any] = {

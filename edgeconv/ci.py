@@ -13,10 +13,10 @@ from __future__ import annotations
 import dataclasses
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
+from . import report_model as rm
 from . import verdict
 from .errors import rel
 from .exit_codes import WORDS
@@ -32,7 +32,7 @@ class Outcome:
     pipeline: Path
     code: int
     seconds: float
-    report: Mapping[str, Any] | None = None
+    report: rm.Report | None = None
     report_dir: Path | None = None
     error: str | None = None  # the one-line messages of exit 2/3
     cached: bool = False
@@ -48,7 +48,7 @@ def worst(outcomes: Sequence[Outcome]) -> int:
     return max((o.code for o in outcomes), default=0)
 
 
-def _op_lines(target: dict[str, Any]) -> list[str]:
+def _op_lines(target: rm.TargetVerdict) -> list[str]:
     lines = []
     for op in target["ops"]:
         if op.get("follows_blocking_op"):
@@ -59,7 +59,7 @@ def _op_lines(target: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _cases(report: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+def _cases(report: rm.Report) -> list[tuple[str, rm.Check]]:
     """The checks of a build as test cases (JUnit and the step summary's table): name and check."""
     # A warning is not a test; it is in the report and the annotations.
     return [(f"target {c['target']}" if c["kind"] == "target" else c["id"], c)
@@ -143,9 +143,10 @@ def summary_markdown(outcomes: Sequence[Outcome]) -> str:
         r = o.report
         targets = ", ".join(f"{t['name']} {'✅' if t['verdict'] == 'pass' else '❌'}" for t in r["targets"])
         parity = "-"
-        if r.get("parity"):
-            acc = r["parity"].get("accuracy")
-            sqnr = [m["built"]["sqnr_db"] for m in r["parity"]["outputs"].values() if m["built"]["sqnr_db"]]
+        p = r.get("parity")
+        if p:
+            acc = p.get("accuracy")
+            sqnr = [m["built"]["sqnr_db"] for m in p["outputs"].values() if m["built"]["sqnr_db"]]
             parity = (f"accuracy {acc['built']:.2%} (drop {acc['drop']['built'] * 100:.2f} points)" if acc
                       else f"SQNR {min(sqnr):.1f} dB" if sqnr else "-")
         where = f"`{rel(o.report_dir / 'report.md')}`" if o.report_dir else "-"

@@ -10,11 +10,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import typing
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import report_model as rm
 from . import verdict
 from .errors import EdgeconvError, rel
 from .schema_check import first_problem
@@ -39,8 +41,9 @@ class RegressionGates:
         return bool(self.names)
 
 
-def load_report(path: str | Path) -> dict[str, Any]:
-    """A report.json, or a clear error naming the file."""
+def load_report(path: str | Path) -> rm.Report:
+    """A report.json, or a clear error naming the file; what it returns holds to the report's schema (checked
+    here), so it is typed as the report."""
     from .inputs import MAX_REPORT_BYTES, read_bytes
 
     path = Path(path)
@@ -66,7 +69,7 @@ def load_report(path: str | Path) -> dict[str, Any]:
     problem = first_problem(data, _report_schema())
     if problem:
         raise EdgeconvError(f"{rel(path)}: not a valid edgeconv report: {problem}")
-    return data
+    return typing.cast(rm.Report, data)
 
 
 @functools.cache
@@ -78,7 +81,7 @@ def _report_schema() -> dict[str, Any]:
 SCHEMA_VERSION = 1  # report.REPORT_SCHEMA_VERSION (not imported: diff stays free of the report module)
 
 
-def _not_supported(target: Mapping[str, Any]) -> dict[str, Counter[str]]:
+def _not_supported(target: rm.TargetVerdict) -> dict[str, Counter[str]]:
     out: dict[str, Counter[str]] = {s: Counter() for s in NOT_SUPPORTED}
     for op in target["ops"]:
         if op["status"] in out:
@@ -90,16 +93,16 @@ def _delta(old: float | None, new: float | None) -> dict[str, float | None]:
     return {"old": old, "new": new, "delta": None if old is None or new is None else new - old}
 
 
-def _gate_delta(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+def _gate_delta(old: rm.Gate, new: rm.Gate) -> dict[str, Any]:
     """The two verdicts, and which of their checks newly fail or no longer fail (by check id)."""
-    def failing(gate: Mapping[str, Any]) -> set[str]:
+    def failing(gate: rm.Gate) -> set[str]:
         return {c["id"] for c in gate.get("checks", []) if fails(c["outcome"])}
 
     return {"old": old.get("verdict", "-"), "new": new.get("verdict", "-"),
             "newly_failed": sorted(failing(new) - failing(old)), "fixed": sorted(failing(old) - failing(new))}
 
 
-def diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+def diff(old: rm.Report, new: rm.Report) -> dict[str, Any]:
     """The changes from ``old`` to ``new`` (two report dicts)."""
     before, after = Counter(old["tflite"]["op_types"]), Counter(new["tflite"]["op_types"])
     out: dict[str, Any] = {
@@ -108,8 +111,8 @@ def diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
         "same_model": old["tflite"]["sha256"] == new["tflite"]["sha256"],
         "ops": {"added": dict(sorted((after - before).items())), "removed": dict(sorted((before - after).items()))},
         "size": _delta(old["tflite"]["bytes"], new["tflite"]["bytes"]),
-        "arena": _delta((old.get("memory") or {}).get("arena_bytes"), (new.get("memory") or {}).get("arena_bytes")),
-        "gate": _gate_delta(old.get("gate") or {}, new.get("gate") or {}),
+        "arena": _delta(*(m["arena_bytes"] if (m := r.get("memory")) is not None else None for r in (old, new))),
+        "gate": _gate_delta(old["gate"], new["gate"]),
         "targets": [],
         "accuracy": None,
         "parity": {},
@@ -130,10 +133,10 @@ def diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     out["warnings"] = _warnings(old, new, out)
     # The schema leaves parity.accuracy open (one share per model compared) and a parity pair optional: read
     # only what is there and has the type a share has.
-    acc_old, acc_new = (_share((r.get("parity") or {}).get("accuracy"), "built") for r in (old, new))
+    acc_old, acc_new = (_share(p.get("accuracy") if (p := r.get("parity")) else None, "built") for r in (old, new))
     if acc_old is not None and acc_new is not None:
         out["accuracy"] = _delta(acc_old, acc_new)
-    parity_old, parity_new = ((r.get("parity") or {}).get("outputs", {}) for r in (old, new))
+    parity_old, parity_new = (p["outputs"] if (p := r.get("parity")) else {} for r in (old, new))
     for name, per in parity_new.items():
         if "built" in per and "built" in parity_old.get(name, {}):
             out["parity"][name] = {key: _delta(parity_old[name]["built"][key], per["built"][key])
@@ -146,7 +149,8 @@ def _share(section: Any, key: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _signature(report: Mapping[str, Any], side: str) -> list[tuple[str, tuple[int, ...], str]]:
+def _signature(report: rm.Report,
+               side: typing.Literal["inputs", "outputs"]) -> list[tuple[str, tuple[int, ...], str]]:
     return [(str(t.get("signature_name", t.get("name"))), tuple(t.get("shape", ())), str(t.get("dtype")))
             for t in report["tflite"].get(side, []) if isinstance(t, dict)]
 
@@ -155,7 +159,7 @@ def _said(signature: list[tuple[str, tuple[int, ...], str]]) -> str:
     return ", ".join(f"{n} {list(shape)} {dtype}" for n, shape, dtype in signature) or "none"
 
 
-def _warnings(old: Mapping[str, Any], new: Mapping[str, Any], d: Mapping[str, Any]) -> list[str]:
+def _warnings(old: rm.Report, new: rm.Report, d: Mapping[str, Any]) -> list[str]:
     """What makes the comparison doubtful: two different pipelines or models, targets in one report only."""
     out = []
     if old.get("name") != new.get("name"):
@@ -252,8 +256,8 @@ def _counts(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{k} x{v}" for k, v in counts.items()) or "-"
 
 
-def against_baseline(body: Any, baseline: Mapping[str, Any], checks: Sequence[verdict.Check],
-                     gates: RegressionGates) -> Any:
+def against_baseline(body: rm.Report, baseline: rm.Report, checks: Sequence[verdict.Check],
+                     gates: RegressionGates) -> rm.Report:
     """The report with what changed since the baseline report and the regression gates it fails; the
     comparison is made with the verdict before those gates."""
     changes = diff(baseline, body)

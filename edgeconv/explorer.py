@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import report_model as rm
 from .converters.tflite_reader import TFLiteModel, read_tflite
 from .errors import ConfigError, EdgeconvError, ModelFileError, did_you_mean, rel
 
@@ -48,7 +49,7 @@ def graph_id(model: TFLiteModel, subgraph: int) -> str:
     return "main" if subgraph == 0 else f"subgraph_{subgraph}"
 
 
-def _why(op: Mapping[str, Any]) -> str:
+def _why(op: rm.OpVerdict) -> str:
     """Each rule the op fails: its id, what was found, and the fix."""
     return " | ".join(f"{v['rule']}: {v['detail'] or v['text']}" + (f"; fix: {v['fix']}" if v.get("fix") else "")
                       for v in op["violations"] if v.get("effect") != "warning")
@@ -60,7 +61,7 @@ def _file(name: str, graphs: Mapping[str, Mapping[str, Any]], **extra: Any) -> b
     return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
 
 
-def node_data(model: TFLiteModel, targets: Sequence[Mapping[str, Any]],
+def node_data(model: TFLiteModel, targets: Sequence[rm.TargetVerdict],
               op_errors: Sequence[Mapping[str, Any]] | None = None) -> dict[str, bytes]:
     """The overlay files (path inside the output folder -> bytes) for the targets' verdicts
     (``report.json``'s ``targets``) and the per-op quantization errors (``culprits`` entries, all ops)."""

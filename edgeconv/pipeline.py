@@ -13,7 +13,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import explorer, output, report, verdict
 from . import report_model as rm
@@ -110,7 +110,7 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
 
 
 def _prepare(config: PipelineConfig, out: str | Path | None,
-             baseline: str | Path | None) -> tuple[Path, list[Target], dict[str, Any] | None]:
+             baseline: str | Path | None) -> tuple[Path, list[Target], rm.Report | None]:
     """Before any heavy work: the output folder (not a link, holding no input, one edgeconv may replace), the
     targets and the baseline report, each refused with a clear error."""
     if out is not None or config.output.dir is None:  # output.dir itself was checked with the pipeline
@@ -128,7 +128,7 @@ def _prepare(config: PipelineConfig, out: str | Path | None,
 
 
 def _run(config: PipelineConfig, out_dir: Path, targets: list[Target], progress: Progress | None,
-         suggest_keep_float: bool, base: dict[str, Any] | None) -> BuildResult:
+         suggest_keep_float: bool, base: rm.Report | None) -> BuildResult:
     """The build in a work folder of its own with a converter worker (the one the builds share, if any); a
     second build when the repair search chose a change; the pipeline's own code forgotten after."""
     from .converters.tflite_export import Worker, shared_worker
@@ -209,7 +209,7 @@ class _Stages:
 
 
 def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: Path, progress: Progress | None,
-           suggest_keep_float: bool, baseline: dict[str, Any] | None, worker: Worker,
+           suggest_keep_float: bool, baseline: rm.Report | None, worker: Worker,
            repaired: rm.Repair | None = None) -> BuildResult | tuple[PipelineConfig, rm.Repair]:
     """One build: the stages in order (README "What a build does"), then the verdict and the commit. When
     the repair search chose a change: the pipeline with it and the search, for build() to build again."""
@@ -250,7 +250,7 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
 
 
 def _finish(config: PipelineConfig, out_dir: Path, targets: list[Target], work: Path,
-            baseline: dict[str, Any] | None, s: _Stages, repaired: rm.Repair | None, clock: Clock) -> BuildResult:
+            baseline: rm.Report | None, s: _Stages, repaired: rm.Repair | None, clock: Clock) -> BuildResult:
     """The outputs the pipeline asks for beside the model (ONNX, firmware), the verdict, the report, the
     commit."""
     model, tflite, data = s.converted.model, s.converted.exported.tflite, s.data
@@ -289,7 +289,7 @@ def _finish(config: PipelineConfig, out_dir: Path, targets: list[Target], work: 
 
 
 def _check_existing(config: PipelineConfig, out_dir: Path, targets: list[Target],
-                    baseline: dict[str, Any] | None) -> BuildResult:
+                    baseline: rm.Report | None) -> BuildResult:
     """A .tflite model: nothing to load, clean or convert; check it and write the same outputs."""
     path = config.model.path
     log.info("reading %s (an existing .tflite: no passes, no conversion)", rel(path))

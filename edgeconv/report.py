@@ -8,6 +8,7 @@ the report's ``targets`` section.
 from __future__ import annotations
 
 import json
+import typing
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -153,7 +154,7 @@ def pass_json(result: PassResult) -> rm.PassSection:
     }
 
 
-def estimates_line(target: Mapping[str, Any]) -> str | None:
+def estimates_line(target: rm.TargetVerdict) -> str | None:
     """A compiler's own estimates (Vela's summary) in one line: the numbers a firmware engineer runs it for."""
     e = target.get("estimates")
     if not e:
@@ -178,7 +179,7 @@ def estimates_line(target: Mapping[str, Any]) -> str | None:
     return f"{target['name']} (Vela estimate): {'; '.join(parts)}" if parts else None
 
 
-def console_lines(report: Mapping[str, Any]) -> list[str]:
+def console_lines(report: rm.Report) -> list[str]:
     """What a reviewer needs first, rendered from the report's verdict: a line per target (accelerators as
     their compiler says it), accuracy, SQNR, size and arena, what the pipeline loosened, the verdict and
     the reason for every failure."""
@@ -223,8 +224,9 @@ def console_lines(report: Mapping[str, Any]) -> list[str]:
                      "gates.fail_on_calibration_warnings "
                      "makes them fail)")
     lines += [f"loosened: {note}" for note in gate.get("disabled", [])]
-    if report.get("repair"):
-        lines.append(report["repair"]["summary"])
+    repair = report.get("repair")
+    if repair:
+        lines.append(repair["summary"])
     timings = report.get("timings")
     if timings:
         stages = ", ".join(f"{k} {v:.1f} s" for k, v in timings["stages_s"].items())
@@ -234,7 +236,7 @@ def console_lines(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def dumps(report: Mapping[str, Any]) -> str:
+def dumps(report: rm.Report) -> str:
     return json.dumps(report, indent=2, sort_keys=False, allow_nan=False) + "\n"
 
 
@@ -248,7 +250,7 @@ def _esc(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def targets_markdown(targets: Sequence[Mapping[str, Any]]) -> list[str]:
+def targets_markdown(targets: Sequence[rm.TargetVerdict]) -> list[str]:
     lines = ["| target | verdict | supported | uncertain | cpu_fallback | unsupported | warnings | share of MACs "
              "supported |", "|---|---|---|---|---|---|---|---|"]
     for t in targets:
@@ -288,7 +290,7 @@ def targets_markdown(targets: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def _engine_text(q: Mapping[str, Any]) -> str:
+def _engine_text(q: rm.Quantization) -> str:
     """How AI Edge Quantizer quantized the model, when it did."""
     if q.get("engine") != "ai-edge-quantizer":
         return ""
@@ -298,7 +300,7 @@ def _engine_text(q: Mapping[str, Any]) -> str:
     return ", quantized by AI Edge Quantizer" + (f" ({'; '.join(parts)})" if parts else "")
 
 
-def to_markdown(report: Mapping[str, Any]) -> str:
+def to_markdown(report: rm.Report) -> str:
     gate = report["gate"]
     tfl = report["artifacts"]["tflite"]
     q = report["quantization"]
@@ -343,10 +345,10 @@ def to_markdown(report: Mapping[str, Any]) -> str:
                   f" **{eq['max_abs_diff']:.3g}** (limit {eq['tolerance']:g}): "
                   f"{'ok' if eq['passed'] else 'FAILED'}.", ""]
     lines += verification_markdown(report)
-    if q is not None and q["calibration"] is None:
+    cal = q["calibration"] if q is not None else None
+    if q is not None and cal is None:
         lines += ["## Calibration", "", f"None: mode {q['mode']} needs no calibration data.", ""]
-    elif q is not None:
-        cal = q["calibration"]
+    elif cal is not None:
         lines += ["## Calibration", ""]
         if cal["warnings"]:
             lines += [f"**{len(cal['warnings'])} warning(s)** about the calibration data:", ""]
@@ -365,7 +367,7 @@ def _cell(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def _culprit_where(c: dict[str, Any]) -> str:
+def _culprit_where(c: rm.Culprit) -> str:
     where = _esc(", ".join(c["source_layers"])) or f"`{_esc(c['tensor'])}`"
     return f"{where} (model output)" if c["model_output"] else where
 
@@ -374,7 +376,7 @@ def _num(value: Any, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def repair_markdown(found: Mapping[str, Any] | None) -> list[str]:
+def repair_markdown(found: rm.Repair | None) -> list[str]:
     """The repair search: each trial with its costs, the chosen one and its snippet."""
     if not found:
         return []
@@ -406,7 +408,7 @@ def repair_markdown(found: Mapping[str, Any] | None) -> list[str]:
     return [*lines, ""]
 
 
-def verification_markdown(report: Mapping[str, Any]) -> list[str]:
+def verification_markdown(report: rm.Report) -> list[str]:
     """Parity, the layers that add the most error, the keep-float search, memory and firmware files."""
     lines: list[str] = []
     parity = report.get("parity")
@@ -437,7 +439,8 @@ def verification_markdown(report: Mapping[str, Any]) -> list[str]:
                   f"{' (output: not ranked)' if c['model_output'] else ''} | {_num(c['sqnr_db'], '.1f')} | "
                   f"{c['rmse_per_scale']:.2f} |" for c in culprits]
         lines.append("")
-    elif (report.get("quantization") or {}).get("engine") == "ai-edge-quantizer" and report.get("parity"):
+    elif (q := report.get("quantization")) is not None and q.get("engine") == "ai-edge-quantizer" and report.get(
+            "parity"):
         lines += ["## Where the quantization error comes from", "",
                   "Not measured: the per-op ranking compares the TFLite converter's quantization op by op (TF's "
                   "QuantizationDebugger), and AI Edge Quantizer quantized this model. The parity numbers above are "
@@ -446,9 +449,10 @@ def verification_markdown(report: Mapping[str, Any]) -> list[str]:
     if suggestion is not None:
         lines += ["## Keeping layers in float", ""]
         if suggestion["found"]:
-            lines += [f"Keeping **{', '.join(suggestion['layers'])}** in float meets the gates. Add to the pipeline:",
+            lines += [f"Keeping **{', '.join(suggestion.get('layers') or [])}** in float meets the gates. Add to the "
+                      "pipeline:",
                       "", "```yaml", "quantization:", "  keep_float:"]
-            lines += [f"    - '{p}'" for p in suggestion["keep_float"]]
+            lines += [f"    - '{p}'" for p in suggestion["keep_float"] or []]
             lines += ["```", ""]
         else:
             lines += ["No set of the worst layers tried meets the gates.", ""]
@@ -465,13 +469,14 @@ def verification_markdown(report: Mapping[str, Any]) -> list[str]:
     firmware = report.get("firmware")
     if firmware and firmware["files"]:
         lines += ["## Firmware files", ""] + [f"- `{f}`" for f in firmware["files"]] + [""]
-    if report.get("onnx") is not None:
-        lines += onnx_markdown(report["onnx"])
-    if report.get("baseline") is not None:
+    onnx = report.get("onnx")
+    if onnx is not None:
+        lines += onnx_markdown(onnx)
+    baseline = report.get("baseline")
+    if baseline is not None:
         from .diff import diff_markdown
 
-        lines += ["## Since the baseline", "", *diff_markdown(report["baseline"]["diff"],
-                                                              report["baseline"]["regressions"])]
+        lines += ["## Since the baseline", "", *diff_markdown(baseline["diff"], baseline["regressions"])]
     return lines
 
 
@@ -487,7 +492,7 @@ def onnx_model_markdown(m: Mapping[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def onnx_markdown(onnx: Mapping[str, Any]) -> list[str]:
+def onnx_markdown(onnx: rm.Onnx) -> list[str]:
     """The ONNX models: files, op counts, where the ops came from, and how they agree."""
     lines = ["## ONNX", "", f"Opset {onnx['opset']}, checked with `onnx.checker` (full check) and run with ONNX "
              f"Runtime on the {onnx['data']} data.", "", "| model | file | bytes | inputs | outputs | ops |",
@@ -496,7 +501,7 @@ def onnx_markdown(onnx: Mapping[str, Any]) -> list[str]:
         io = ["; ".join(f"{v['name']} {v['dtype']} {v['shape']}" for v in m[key]) for key in ("inputs", "outputs")]
         lines.append(f"| {kind} | `{m['file']}` | {m['bytes']:,} | {io[0]} | {io[1]} | {_fmt_counts(m['ops'])} |")
     lines.append("")
-    origin = onnx["models"]["float"].get("from_tf")
+    origin = typing.cast(rm.FloatOnnxModel, onnx["models"]["float"]).get("from_tf")
     if origin:
         lines += ["| TensorFlow op (after the passes) | ONNX ops |", "|---|---|"]
         lines += [f"| {tf_op} | {_fmt_counts(ops)} |" for tf_op, ops in origin.items()]
@@ -506,23 +511,23 @@ def onnx_markdown(onnx: Mapping[str, Any]) -> list[str]:
     lines += [f"- {f}" for f in flagged]
     runs = onnx["parity"]
     for name, per in runs["float"]["outputs"].items():
-        m = per["onnx_float"]
-        lines.append(f"- float ONNX vs the source model, output `{name}`: max abs error {m['max_abs_error']:.3g}, "
-                     f"top-1 agreement {_num(m['top1_agreement'], '.2%')} on {runs['float']['samples']} samples")
-    if runs["float"].get("accuracy"):
-        acc = runs["float"]["accuracy"]
+        f = per["onnx_float"]
+        lines.append(f"- float ONNX vs the source model, output `{name}`: max abs error {f['max_abs_error']:.3g}, "
+                     f"top-1 agreement {_num(f['top1_agreement'], '.2%')} on {runs['float']['samples']} samples")
+    acc = runs["float"].get("accuracy")
+    if acc:
         lines.append(f"- float ONNX accuracy: {acc['onnx_float']:.2%} (source {acc['source']:.2%})")
     if "int8" in runs:
         for name, per in runs["int8"]["outputs"].items():
-            m = per["onnx_int8"]
+            q = per["onnx_int8"]
             lines.append(f"- INT8 ONNX vs the built .tflite, output `{name}`: top-1 agreement "
-                         f"{_num(m['top1_agreement'], '.2%')}, max abs difference {m['max_abs_error']:.3g} "
+                         f"{_num(q['top1_agreement'], '.2%')}, max abs difference {q['max_abs_error']:.3g} "
                          f"(dequantized); {_num(runs['int8']['bit_exact'], '.2%')} of the raw output values "
                          "identical")
     return [*lines, ""]
 
 
-def _data_markdown(data: Mapping[str, Any]) -> list[str]:
+def _data_markdown(data: rm.Data) -> list[str]:
     files = f", {data['file_count']} files" if data.get("file_count", 1) > 1 else ""
     lines = [f"{data['samples']} of {data['available']} samples from `{data['path']}` ({data['source']}{files}, "
              f"seed {data['seed']}), samples sha256 `{data['samples_sha256'][:16]}...`.", "",
@@ -535,7 +540,7 @@ def _data_markdown(data: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def passes_markdown(p: Mapping[str, Any]) -> list[str]:
+def passes_markdown(p: rm.PassSection) -> list[str]:
     """One pass for a person: what it did per layer, why, and the op counts."""
     before, after = sum(p["ops_before"].values()), sum(p["ops_after"].values())
     lines = [f"### {p['name']}", ""]
@@ -563,10 +568,9 @@ def passes_markdown(p: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def target_lines(t: Mapping[str, object], *, per_op: bool = True) -> list[str]:
+def target_lines(t: rm.TargetVerdict, *, per_op: bool = True) -> list[str]:
     lines: list[str] = []
     c, shares = t["counts"], t["shares"]
-    assert isinstance(c, dict) and isinstance(shares, dict)
     if t.get("error"):
         return [f"{t['name']}: ERROR: {t['error']}"]
     uncertain = f", {c['uncertain']} uncertain" if c.get("uncertain") else ""

@@ -48,7 +48,7 @@ def fails(outcome: str) -> bool:
     return outcome in FAILING
 
 
-def target_passes(target: Mapping[str, Any], checks: Sequence[Mapping[str, Any]]) -> bool:
+def target_passes(target: rm.TargetVerdict, checks: Sequence[rm.Check]) -> bool:
     """Whether a target passes in a report: its own verdict, and every check of the gate made on it
     (an accelerator's share of the MACs, a configured limit)."""
     return target["verdict"] == "pass" and not any(fails(c["outcome"]) for c in checks
