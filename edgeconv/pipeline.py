@@ -217,19 +217,24 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     if repaired is not None and "seconds" in repaired:
         clock.carry("repair", repaired["seconds"])
     clock.begin("loading the model")
-    loaded = load_stage(config, worker, progress)
+    loaded = load_stage(config.model, config.verify.outputs, config.source, worker, progress)
     clock.lap("load")
-    data = data_stage(config, loaded.graph.inputs, work, progress)
+    data = data_stage(config.calibration, config.evaluation, loaded.graph.inputs, work, progress,
+                      base=config.source.parent, batch=config.model.batch_size, pass_samples=config.verify.pass_samples)
     clock.lap("data")
-    cleaned, graph_fn = clean_and_prove(config, loaded, data.calib, clock)
+    cleaned, graph_fn = clean_and_prove(config.passes, config.verify, config.model.batch_size, loaded, data.calib,
+                                        clock)
     clock.lap("passes")
     clock.begin("converting")
-    converted = convert_stage(config, cleaned.graph, graph_fn, data.calib, data.evaluation, work, worker, progress,
-                              keep_worker=converts_again(config, suggest_keep_float, repaired is not None))
+    converted = convert_stage(config.quantization, config.verify, cleaned.graph, graph_fn, data.calib, data.evaluation,
+                              work, worker, progress, batch=config.model.batch_size, name=config.build_name,
+                              keep_worker=converts_again(config.verify, config.repair, suggest_keep_float,
+                                                         repaired is not None))
     del graph_fn  # it holds the weights once more: not kept through the build
     clock.lap("convert")
     results = check_targets(converted.model, targets)
-    warnings = data.warnings + quantization_findings(converted.model, converted.exported.float_tflite, data, config)
+    warnings = data.warnings + quantization_findings(converted.model, converted.exported.float_tflite, data,
+                                                     config.quantization, config.model.batch_size)
     limits = gate_limits(config)
     early = verdict.conversion_checks(limits, cleaned.equivalence, warnings, config.calibration is not None)
     clock.lap("check")
@@ -259,9 +264,10 @@ def _finish(config: PipelineConfig, out_dir: Path, targets: list[Target], work: 
                                     found["summary"], len(found["trials"]), config.repair.max_trials),) if found else ()
     if config.output.onnx is not None:
         clock.begin("exporting and running ONNX")
-    onnx = (onnx_stage(config, s.cleaned.graph, s.cleaned.reference, tflite, model, data.evaluation or data.calib,
-                       work) if config.output.onnx is not None else None)
-    fw = firmware_stage(config, model, tflite, data.evaluation, config.model.batch_size)
+    onnx = (onnx_stage(config.output.onnx, config.quantization, s.cleaned.graph, s.cleaned.reference, tflite, model,
+                       data.evaluation or data.calib, work, stem=config.build_name, batch=config.model.batch_size,
+                       float_tolerance=config.verify.float_tolerance) if config.output.onnx is not None else None)
+    fw = firmware_stage(config.output, config.build_name, model, tflite, data.evaluation, config.model.batch_size)
     layer_names = s.loaded.graph.layer_names()
     targets_json = report.targets_json(s.results, layer_names)
     overlays = explorer.node_data(model, targets_json, s.verification.op_errors)
@@ -305,7 +311,7 @@ def _check_existing(config: PipelineConfig, out_dir: Path, targets: list[Target]
                         for t in io["inputs"]]
     source["outputs"] = [{"name": t.get("signature_name", t["name"]), "shape": t["shape"], "dtype": t["dtype"]}
                          for t in io["outputs"]]
-    fw = firmware_stage(config, model, data, None, 1)
+    fw = firmware_stage(config.output, config.build_name, model, data, None, 1)
     targets_json = report.targets_json(results)
     overlays = explorer.node_data(model, targets_json)
     limits = gate_limits(config)

@@ -11,11 +11,11 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..config import ModelConfig, ModelFormat, PipelineConfig
+from ..config import ModelConfig, ModelFormat
 from ..errors import ConfigError, did_you_mean, rel
 from .model import LoadedModel
 
@@ -61,16 +61,18 @@ def load_model(cfg: ModelConfig, base_dir: Path) -> LoadedModel:
     return LOADERS[cfg.resolved_format()](cfg, base_dir)
 
 
-def load_stage(config: PipelineConfig, worker: Worker, progress: Progress | None) -> LoadedModel:
-    """The model in inference mode (the converter worker started first: see :func:`start_worker`); the
-    pipeline's ``verify.outputs``, known to be outputs only now, checked before any data is read."""
-    log.info("loading %s (%s) in inference mode", rel(config.model.path), config.model.resolved_format().value)
+def load_stage(model: ModelConfig, verify_outputs: Collection[str], pipeline: Path, worker: Worker,
+               progress: Progress | None) -> LoadedModel:
+    """The model in inference mode (the converter worker started first: see :func:`start_worker`; paths
+    relative to the ``pipeline`` file's folder); the pipeline's ``verify.outputs``, known to be outputs only
+    now, checked before any data is read."""
+    log.info("loading %s (%s) in inference mode", rel(model.path), model.resolved_format().value)
     start_worker(worker, progress)
-    loaded = load_model(config.model, config.source.parent)
+    loaded = load_model(model, pipeline.parent)
     outputs = [o.name for o in loaded.graph.outputs]
-    unknown = sorted(set(config.verify.outputs) - set(outputs))
+    unknown = sorted(set(verify_outputs) - set(outputs))
     if unknown:
-        raise ConfigError([f"{rel(config.source)}: verify.outputs: {name!r} is not a model output (outputs: "
+        raise ConfigError([f"{rel(pipeline)}: verify.outputs: {name!r} is not a model output (outputs: "
                            f"{', '.join(outputs)}){did_you_mean(name, outputs)}" for name in unknown])
     return loaded
 

@@ -8,7 +8,7 @@ import logging
 from typing import Any
 
 from ..calibration.samples import Progress, SampleSet
-from ..config import PipelineConfig, QuantEngine
+from ..config import QuantEngine, QuantizationConfig, RepairConfig, VerifyConfig
 from .io_check import check_io_types
 from .tflite_export import Converter, Worker, export_options, shared_worker
 from .tflite_reader import TFLiteModel, parse_tflite
@@ -23,13 +23,13 @@ class Converted:
     model: TFLiteModel
 
 
-def convert_stage(config: PipelineConfig, graph: Any, graph_fn: Any, calib: SampleSet, evaluation: SampleSet | None,
-                  work: Any, worker: Worker, progress: Progress | None, *, keep_worker: bool) -> Converted:
-    """Convert; with evaluation data, also the float .tflite (parity) and the per-op error ranking. Unless
+def convert_stage(q: QuantizationConfig, verify: VerifyConfig, graph: Any, graph_fn: Any, calib: SampleSet,
+                  evaluation: SampleSet | None, work: Any, worker: Worker, progress: Progress | None, *, batch: int,
+                  name: str, keep_worker: bool) -> Converted:
+    """Convert (``q``; ``batch`` samples per converter call); with evaluation data, also the float .tflite
+    (``verify.parity``) and the per-op error ranking (``verify.culprits``); read back as ``name``. Unless
     the build will ask it again (``keep_worker``, see :func:`converts_again`), a worker of its own is
     closed right after: its memory back before the checks and the verification run the models."""
-    q = config.quantization
-    batch = config.model.batch_size
     if q.mode.calibrated:
         log.info("converting to %s with %d calibration samples%s", q.mode.value, calib.count,
                  " (quantized by AI Edge Quantizer)" if q.engine is QuantEngine.AI_EDGE_QUANTIZER else "")
@@ -37,22 +37,21 @@ def convert_stage(config: PipelineConfig, graph: Any, graph_fn: Any, calib: Samp
         log.info("converting to %s (no calibration)", q.mode.value)
     converter = Converter(graph, work / "export", worker, graph_fn)
     # The per-op ranking measures the converter's quantization (TF's QuantizationDebugger on its calibration).
-    analyse = (evaluation is not None and config.verify.culprits > 0 and q.mode.calibrated
+    analyse = (evaluation is not None and verify.culprits > 0 and q.mode.calibrated
                and q.engine is QuantEngine.CONVERTER)
     if analyse:
         log.info("measuring the error each quantized op adds on the evaluation data")
     exported = converter.convert(calib, export_options(q, batch), "model", progress,
                                  debug=evaluation if analyse else None,
-                                 float_reference=config.verify.parity and evaluation is not None)
+                                 float_reference=verify.parity and evaluation is not None)
     if worker is not shared_worker() and not keep_worker:
         worker.close()
-    model = parse_tflite(exported.tflite, f"{config.build_name}.tflite")
+    model = parse_tflite(exported.tflite, f"{name}.tflite")
     check_io_types(model, q.io("input").value, q.io("output").value, bool(q.int16_ops))
     return Converted(converter, exported, model)
 
 
-def converts_again(config: PipelineConfig, suggest_keep_float: bool, repaired: bool) -> bool:
+def converts_again(verify: VerifyConfig, repair: RepairConfig, suggest_keep_float: bool, repaired: bool) -> bool:
     """Whether the build may ask the converter worker for more after its conversion: the keep_float
     suggestion's trials and the repair search (both part of the verification) and a repaired rebuild."""
-    return config.verify.parity and (suggest_keep_float or config.verify.suggest_keep_float
-                                     or (not repaired and config.repair.enabled))
+    return verify.parity and (suggest_keep_float or verify.suggest_keep_float or (not repaired and repair.enabled))

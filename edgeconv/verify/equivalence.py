@@ -13,11 +13,11 @@ import numpy as np
 from .. import report_model as rm
 from ..calibration.samples import SampleSet
 from ..clock import Clock
-from ..config import PipelineConfig
+from ..config import VerifyConfig
 from ..converters.model import LoadedModel
 from ..errors import ModelError
 from ..ir import FrozenGraph
-from ..passes import PassResult
+from ..passes import GraphPass, PassResult
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +81,11 @@ class Cleaned:
     equivalence: rm.Equivalence
 
 
-def clean_and_prove(config: PipelineConfig, loaded: LoadedModel, calib: SampleSet,
-                    clock: Clock) -> tuple[Cleaned, Any]:
+def clean_and_prove(passes: Sequence[GraphPass], verify: VerifyConfig, batch: int, loaded: LoadedModel,
+                    calib: SampleSet, clock: Clock) -> tuple[Cleaned, Any]:
     """Run every configured pass, then compare the cleaned graph with the model in inference mode on the
-    first calibration samples (``verify.pass_samples``, within ``verify.pass_tolerance``). Also the graph's
+    first calibration samples (``verify.pass_samples``, within ``verify.pass_tolerance``), ``batch`` at a
+    time. Also the graph's
     concrete function, run here and saved by the converter: the caller drops it once the converter has it
     (it holds the weights once more)."""
     from ..converters.tf_graph import concrete_function
@@ -92,14 +93,12 @@ def clean_and_prove(config: PipelineConfig, loaded: LoadedModel, calib: SampleSe
     graph = loaded.graph
     results: list[PassResult] = []
     clock.begin("running the passes")
-    for p in config.passes:
+    for p in passes:
         log.info("pass %s", p.name)
         graph, result = p.apply(graph)
         results.append(result)
     log.info("comparing the cleaned graph with the model in inference mode")
-    batch = config.model.batch_size
     reference = inference_reference(loaded, results, next(calib.batches(batch)))
     graph_fn = concrete_function(graph)
-    proof = equivalence(reference, graph, graph_fn, calib, batch, config.verify.pass_samples,
-                        config.verify.pass_tolerance)
+    proof = equivalence(reference, graph, graph_fn, calib, batch, verify.pass_samples, verify.pass_tolerance)
     return Cleaned(graph, results, reference, proof), graph_fn

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..calibration.samples import SampleSet
-    from ..config import PipelineConfig
+    from ..config import OutputConfig
 else:
     np = lazy_import("numpy")
 
@@ -155,31 +155,32 @@ class FirmwareResult:
     firmware: rm.Firmware
 
 
-def firmware_stage(config: PipelineConfig, model: TFLiteModel, data: bytes, evaluation: SampleSet | None,
-              batch: int) -> FirmwareResult:
-    """The C array, op-resolver header and golden vectors the pipeline asks for, and the memory estimate."""
+def firmware_stage(out: OutputConfig, build_name: str, model: TFLiteModel, data: bytes,
+                   evaluation: SampleSet | None, batch: int) -> FirmwareResult:
+    """The C array, op-resolver header and golden vectors the pipeline's ``output`` asks for (named after
+    ``build_name``), and the memory estimate."""
     from . import firmware, memory
 
     files: dict[str, bytes] = {}
-    name = (config.output.c_array.name if config.output.c_array is not None and config.output.c_array.name
-            else f"{_c_name(config.build_name)}_model")
-    source = f"{config.build_name}.tflite"
+    name = (out.c_array.name if out.c_array is not None and out.c_array.name
+            else f"{_c_name(build_name)}_model")
+    source = f"{build_name}.tflite"
     listed: list[str] = []
-    if config.output.c_array is not None:
+    if out.c_array is not None:
         arrays = firmware.c_array(data, name, source=source, sha256=model.sha256,
-                                  cplusplus=config.output.c_array.language.value == "cc")
+                                  cplusplus=out.c_array.language.value == "cc")
         files.update({k: v.encode() for k, v in arrays.items()})
         listed += list(arrays)
-    if config.output.op_resolver:
+    if out.op_resolver:
         headers = firmware.op_resolver(model, name, source=source)
         files.update({k: v.encode() for k, v in headers.items()})
         listed += list(headers)
     golden_meta = None
-    if config.output.golden is not None and evaluation is not None:
-        count = config.output.golden.samples
+    if out.golden is not None and evaluation is not None:
+        count = out.golden.samples
         samples = list(evaluation.batches(batch, limit=count * batch))  # one model call each
         golden_files, golden_meta = firmware.golden(data, samples, name, source=source,
-                                                    intermediates=config.output.golden.intermediates)
+                                                    intermediates=out.golden.intermediates)
         files.update(golden_files)
         listed += list(golden_files)
     return FirmwareResult(files, memory.estimate(model),

@@ -11,7 +11,7 @@ from typing import Any
 from .. import report_model as rm
 from .. import verdict
 from ..calibration.samples import SampleSet
-from ..config import PipelineConfig
+from ..config import OnnxConfig, QuantizationConfig
 from ..converters.tflite_reader import TFLiteModel
 from ..ir import FrozenGraph
 
@@ -25,8 +25,9 @@ class OnnxResult:
     checks: tuple[verdict.Check, ...]
 
 
-def onnx_stage(config: PipelineConfig, graph: FrozenGraph, reference: Any, tflite: bytes, model: TFLiteModel,
-          data: SampleSet, work: Path) -> OnnxResult:
+def onnx_stage(o: OnnxConfig, quantization: QuantizationConfig, graph: FrozenGraph, reference: Any, tflite: bytes,
+               model: TFLiteModel, data: SampleSet, work: Path, *, stem: str, batch: int,
+               float_tolerance: float) -> OnnxResult:
     """The float ONNX model of the cleaned graph (and the INT8 QDQ one of the built .tflite), run with
     ONNX Runtime on the evaluation data: the float one against the source model (within
     verify.float_tolerance, else the build fails), the INT8 one against the .tflite."""
@@ -35,13 +36,9 @@ def onnx_stage(config: PipelineConfig, graph: FrozenGraph, reference: Any, tflit
     from .onnx_run import OnnxRunner
     from .runner import TFLiteRunner
 
-    o = config.output.onnx
-    assert o is not None
-    quantized = o.quantized if o.quantized is not None else config.quantization.mode.value == "int8"
+    quantized = o.quantized if o.quantized is not None else quantization.mode.value == "int8"
     log.info("exporting ONNX (opset %d)%s", o.opset, " and the INT8 QDQ model" if quantized else "")
-    batch = config.model.batch_size
     shapes = {t.name: tuple(t.shape) for t in graph.outputs}
-    stem = config.build_name
     float_proto = onnx_export.export_float(graph, o.opset)
     files = {f"{stem}.onnx": float_proto.SerializeToString()}
     labels = data.label_values() if data.labels else None
@@ -49,7 +46,7 @@ def onnx_stage(config: PipelineConfig, graph: FrozenGraph, reference: Any, tflit
     runs: rm.OnnxParity = {"float": parity.measure(reference, {"onnx_float": float_runner.run}, data.batches(batch),
                                                    shapes, labels)}
     worst = max(per["onnx_float"]["max_abs_error"] for per in runs["float"]["outputs"].values())
-    tolerance = config.verify.float_tolerance
+    tolerance = float_tolerance
     check = verdict.simple(
         "conversion.onnx_float", verdict.Kind.CONVERSION, worst <= tolerance,
         f"the float ONNX model differs from the source model by {worst:.3g}"

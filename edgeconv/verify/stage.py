@@ -195,7 +195,8 @@ def verification_stage(config: PipelineConfig, loaded: LoadedModel, reference: A
 
     def recollect(cfg: CalibrationConfig, n: int) -> SampleSet:
         (work / f"repair-data-{n}").mkdir()
-        return collect_section(cfg, "calibration", loaded.graph.inputs, config, work / f"repair-data-{n}", progress)
+        return collect_section(cfg, "calibration", loaded.graph.inputs, config.source.parent,
+                               work / f"repair-data-{n}", progress)
 
     repairing = (Repairing(targets, recollect, clock, data.expected) if not repaired and config.repair.enabled
                  else None)
