@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import math
 import re
 import subprocess
 import sys
@@ -71,7 +72,10 @@ def _estimates(out_dir: Path) -> dict[str, float]:
         return {}
     with summaries[0].open() as f:
         row = next(csv.DictReader(f), {})
-    return {key: float(row[column]) for column, key in _ESTIMATES.items() if row.get(column) not in (None, "")}
+    # Nothing on the NPU: Vela's 0 cycles give 0 s per inference and NaN inferences per second (0/0). An
+    # estimate that is not a number is left out (report.json is strict JSON; the other estimates stand).
+    values = {key: float(row[column]) for column, key in _ESTIMATES.items() if row.get(column) not in (None, "")}
+    return {key: value for key, value in values.items() if math.isfinite(value)}
 
 
 def _key(op: OpInfo) -> tuple[str, ...]:

@@ -91,3 +91,25 @@ def test_vela_failure_is_an_error_verdict_and_other_targets_still_report(capsys:
     assert main(["check", str(model), "--target", "ethos-u55-128"]) == 1
     out = capsys.readouterr().out
     assert "ethos-u55-128: ERROR: Vela failed on the model" in out
+
+
+def test_an_estimate_vela_cannot_give_is_left_out(tmp_path: Path) -> None:
+    """A model with nothing on the NPU: Vela's summary says 0 cycles and NaN inferences per second. The JSON
+    stays strict JSON (no NaN), the console line says no rate, and a build writes its report (it crashed:
+    "Out of range float values are not JSON compliant")."""
+    model = OPS / "ceil.int8.tflite"
+    result = subprocess.run([sys.executable, "-m", "edgeconv", "check", str(model), "--target", "ethos-u55-128",
+                             "--format", "json"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    (target,) = json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
+    assert target["estimates"]["cycles_total"] == 0 and "inferences_per_second" not in target["estimates"]
+    text = subprocess.run([sys.executable, "-m", "edgeconv", "check", str(model), "--target", "ethos-u55-128"],
+                          capture_output=True, text=True).stdout
+    assert "0 cycles; 0.0 µs per inference\n" in text and "nan" not in text
+    (tmp_path / "p.yaml").write_text(f"version: 1\nmodel: {{path: {model}}}\ntargets: [ethos-u55-128]\n"
+                                     f"output: {{dir: {tmp_path / 'out'}}}\n")
+    built = subprocess.run([sys.executable, "-m", "edgeconv", "build", str(tmp_path / "p.yaml")],
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text(), parse_constant=pytest.fail)
+    assert "inferences_per_second" not in report["targets"][0]["estimates"]
