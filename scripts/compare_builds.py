@@ -37,8 +37,8 @@ def _pipeline(folder: Path, name: str, body: str) -> Path:
 
 
 def _keras_dropout(folder: Path) -> None:
-    import numpy as np
     import keras
+    import numpy as np
 
     keras.utils.set_random_seed(5)
     inp = keras.Input((7,), name="feat")
@@ -76,8 +76,8 @@ def make_inputs(folder: Path) -> list[Path]:
     subprocess.run([sys.executable, str(ROOT / "tests" / "fixtures" / "tf1_graph.py"), str(folder / "tf1.pb")],
                    check=True, capture_output=True)
     np.savez(folder / "tf1-cal.npz", image=rng.normal(size=(32, 6, 5, 3)).astype(np.float32))
-    paths.append(_pipeline(folder, "tf1-graph", "model: {path: tf1.pb, bind: {is_training: false}}\ncalibration: {path: tf1-cal.npz, "
-                           "samples: 32}\n"))
+    paths.append(_pipeline(folder, "tf1-graph", "model: {path: tf1.pb, bind: {is_training: false}}\n"
+                           "calibration: {path: tf1-cal.npz, samples: 32}\n"))
     _keras_dropout(folder)
     paths.append(_pipeline(folder, "keras-dropout", "model: {path: dropout.keras}\n"
                            "calibration: {path: dropout-cal.npz, samples: 64}\n"
