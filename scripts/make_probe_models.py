@@ -72,6 +72,16 @@ def tf_cases(tf: Any) -> dict[str, bytes]:
     out["xnn-depthwise_hybrid"] = _keras(tf, lambda x: layers.DepthwiseConv2D(3, depth_multiplier=4)(x),
                                          (1, 9, 8, 96), "dynamic")
     out["xnn-conv_hybrid"] = _keras(tf, lambda x: layers.Conv2D(48, 3)(x), (1, 9, 8, 40), "dynamic")
+    # MEAN below and above rank 4 (XNNPACK takes ranks 1-6; a wake-word model's float [1, 128] keep_dims mean).
+    out["xnn-mean_rank2_keep.float32"] = _convert(tf, lambda a: tf.reduce_mean(a * 2.0, axis=[1], keepdims=True),
+                                                  [([1, 128], tf.float32)])
+    out["xnn-mean_rank1.float32"] = _convert(tf, lambda a: tf.reduce_mean(a * 2.0, axis=[0]), [([96], tf.float32)])
+    out["xnn-mean_rank3.int8"] = _convert(tf, lambda a: tf.reduce_mean(a * 2.0, axis=[2]), [([1, 5, 7], tf.float32)],
+                                          "int8")
+    out["xnn-mean_rank5.int8"] = _convert(tf, lambda a: tf.reduce_mean(a * 2.0, axis=[1, 2], keepdims=True),
+                                          [([2, 3, 4, 5, 6], tf.float32)], "int8")
+    out["xnn-mean_rank6.float32"] = _convert(tf, lambda a: tf.reduce_mean(a * 2.0, axis=[5]),
+                                             [([2, 2, 3, 4, 5, 6], tf.float32)])
     # Edge TPU placement patterns (asserted against the compiler's observed behaviour, edgetpu.yaml PUBLIC).
     out["etpu-conv_dilation_h2_kernel_w1.int8"] = _keras(
         tf, lambda x: layers.Conv2D(8, (3, 1), dilation_rate=(2, 1))(x), (1, 11, 7, 8), "int8")
@@ -142,11 +152,14 @@ def edited_cases() -> dict[str, bytes]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "tests" / "data" / "probes")
+    parser.add_argument("--only", default="", help="write only the models whose name starts with this")
     args = parser.parse_args()
     import tensorflow as tf
 
     args.out.mkdir(parents=True, exist_ok=True)
     for name, data in {**tf_cases(tf), **edited_cases()}.items():
+        if not name.startswith(args.only):
+            continue
         (args.out / f"{name}.tflite").write_bytes(data)
         print(f"{name}.tflite: {len(data):,} bytes")
 
