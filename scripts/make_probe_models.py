@@ -38,6 +38,9 @@ def _convert(tf: Any, fn: Callable[..., Any], specs: list[tuple[list[int], Any]]
         converter.inference_input_type = converter.inference_output_type = getattr(tf, mode)
     elif mode == "dynamic":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    elif mode == "float16":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.target_spec.supported_types = [tf.float16]
     return bytes(converter.convert())
 
 
@@ -72,6 +75,14 @@ def tf_cases(tf: Any) -> dict[str, bytes]:
     out["xnn-depthwise_hybrid"] = _keras(tf, lambda x: layers.DepthwiseConv2D(3, depth_multiplier=4)(x),
                                          (1, 9, 8, 96), "dynamic")
     out["xnn-conv_hybrid"] = _keras(tf, lambda x: layers.Conv2D(48, 3)(x), (1, 9, 8, 40), "dynamic")
+    # A float16 constant's DEQUANTIZE: XNNPACK delegates it only when every op that reads it is delegated.
+    table = tf.constant(np.random.default_rng(0).normal(size=(50, 16)).astype(np.float32))
+    out["xnn-dequantize_fp16_gather"] = _convert(tf, lambda i: tf.gather(table, i), [([1, 4], tf.int32)], "float16")
+    out["xnn-dequantize_fp16_gather_and_fc"] = _convert(
+        tf, lambda i, x: (tf.gather(table, i), tf.matmul(x, tf.transpose(table))),
+        [([1, 4], tf.int32), ([3, 16], tf.float32)], "float16")
+    out["xnn-dequantize_fp16_fc"] = _convert(tf, lambda x: tf.matmul(x, table[:, :8] * 1.0), [([3, 50], tf.float32)],
+                                             "float16")
     # MEAN below and above rank 4 (XNNPACK takes ranks 1-6; a wake-word model's float [1, 128] keep_dims mean).
     out["xnn-mean_rank2_keep.float32"] = _convert(tf, lambda a: tf.reduce_mean(a * 2.0, axis=[1], keepdims=True),
                                                   [([1, 128], tf.float32)])

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from ..converters.tflite_reader import OpInfo, TFLiteModel
+from .constraints import AFTER_PLACEMENT
 from .cost import OpCost, op_cost
 from .target import Effect, OpStatus, Placement, Rule, Target
 
@@ -99,9 +100,12 @@ def _status(violations: list[Violation]) -> OpStatus:
 
 
 def check_op(op: OpInfo, model: TFLiteModel, target: Target) -> OpResult:
-    """Evaluate every rule that applies to ``op`` on its own (placement not included)."""
+    """Evaluate every rule that applies to ``op`` on its own (placement, and the rules that need the other
+    ops' statuses, not included: :func:`_after_placement`)."""
     violations: list[Violation] = []
     for rule in target.all_ops:
+        if rule.check in AFTER_PLACEMENT:
+            continue
         ok, detail = rule.fn(op, model, **rule.params)
         if not ok:
             violations.append(_violation(target, op, rule, detail))
@@ -113,6 +117,8 @@ def check_op(op: OpInfo, model: TFLiteModel, target: Target) -> OpResult:
                                      note.fix if note and note.fix else target.unlisted.fix))
     else:
         for rule in entry.rules:
+            if rule.check in AFTER_PLACEMENT:
+                continue
             ok, detail = rule.fn(op, model, **rule.params)
             if not ok:
                 violations.append(_violation(target, op, rule, detail))
@@ -127,10 +133,33 @@ def check_model(model: TFLiteModel, target: Target) -> TargetResult:
         from .vela import place_with_vela
 
         return place_with_vela(model, target)
-    results = [check_op(op, model, target) for op in model.ops]
+    results = _after_placement([check_op(op, model, target) for op in model.ops], model, target)
     if target.placement is Placement.SEGMENT and target.segment_rule is not None:
         return _place_segment(results, target, target.segment_rule)
     return TargetResult(target, tuple(results))
+
+
+def _after_placement(results: list[OpResult], model: TFLiteModel, target: Target) -> list[OpResult]:
+    """The rules that judge an op by the statuses the other ops got on their own rules (an op a runtime
+    folds into the ops that read it)."""
+    later = [(k, rule) for k, r in enumerate(results) for rule in _rules_of(r.op, target)
+             if rule.check in AFTER_PLACEMENT]
+    if not later:
+        return results
+    placed = {(r.op.subgraph, r.op.index): r.status.value for r in results}
+    out = list(results)
+    for k, rule in later:
+        r = out[k]
+        ok, detail = rule.fn(r.op, model, placed, **rule.params)
+        if not ok:
+            violations = (*r.violations, _violation(target, r.op, rule, detail))
+            out[k] = dataclasses.replace(r, status=_status(list(violations)), violations=violations)
+    return out
+
+
+def _rules_of(op: OpInfo, target: Target) -> tuple[Rule, ...]:
+    entry = target.entry_for(op.type, op.custom_code)
+    return (*target.all_ops, *(entry.rules if entry is not None else ()))
 
 
 def _place_segment(results: list[OpResult], target: Target, rule: Rule) -> TargetResult:

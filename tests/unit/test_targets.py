@@ -20,7 +20,7 @@ from edgeconv.converters.tflite_reader import (
 from edgeconv.errors import allowed_list
 from edgeconv.targets import DATA_DIR, builtin_target_names, load_target
 from edgeconv.targets.checker import Verdict, check_model, check_op
-from edgeconv.targets.constraints import CONSTRAINTS, expand_spec
+from edgeconv.targets.constraints import AFTER_PLACEMENT, CONSTRAINTS, expand_spec
 from edgeconv.targets.target import Rule, Target, load_target_file
 
 from ..conftest import REPO, TARGET_CHOICES, run_edgeconv
@@ -185,6 +185,13 @@ def _violate(op_type: str, rule: Rule) -> tuple[OpInfo, TFLiteModel, str]:
             "float32 input 'f' with int8 weights 'w'"
     if check == "softmax_input_scale":
         return *b.op(op_type, [x(scale=1e-9)], [y()]), "input scale 1e-09 gives a multiplier"
+    if check == "consumers_delegated":  # a float16 table read by a GATHER the delegate does not run
+        table = x("float16", shape=(5, 4), value=np.ones((5, 4)), scale=None, name="table")
+        op, model = b.op(op_type, [table], [y("float32", shape=(5, 4), scale=None, name="deq")])
+        gather = OpInfo(1, 0, "GATHER", 1, None, (op.outputs[0], x("int32", scale=None)), (y("float32"),), {})
+        model = dataclasses.replace(model, subgraphs=(dataclasses.replace(
+            model.main, tensors=tuple(b.tensors), ops=(op, gather)),))
+        return op, model, "read by #1 GATHER (cpu_fallback), which the delegate does not run"
     raise AssertionError(f"no violation recipe for constraint {check}: add one")
 
 
@@ -203,6 +210,12 @@ def _all_rules() -> list[Any]:
 @pytest.mark.parametrize(("target", "op_type", "rule"), _all_rules())
 def test_every_rule_fails_for_its_own_reason(target: Target, op_type: str, rule: Rule) -> None:
     op, model, detail = _violate(op_type, rule)
+    if rule.check in AFTER_PLACEMENT:  # judged with the statuses of the ops that read its output
+        ok, observed = rule.fn(op, model, {(0, 1): "cpu_fallback"}, **rule.params)
+        assert not ok and detail in observed
+        found = {v.rule: v for v in check_model(model, target).ops[0].violations}
+        assert found[f"{target.name}.{op.type}.{rule.id}"].effect is rule.effect
+        return
     ok, observed = rule.fn(op, model, **rule.params)
     assert not ok
     assert detail in observed
@@ -272,7 +285,7 @@ def test_a_batch_only_dynamic_dimension_runs(path: Path) -> None:
     interpreter = Interpreter(model_path=str(path), experimental_preserve_all_tensors=False)
     interpreter.allocate_tensors()
     for d in interpreter.get_input_details():
-        assert list(d["shape_signature"])[0] == -1 and d["shape"][0] == 1
+        assert d["shape_signature"][0] == -1 and d["shape"][0] == 1
         interpreter.set_tensor(d["index"], np.zeros(d["shape"], d["dtype"]))
     interpreter.invoke()
     rules = [v.rule for r in check_model(read_tflite(path), load_target("generic-int8")).ops for v in r.violations]

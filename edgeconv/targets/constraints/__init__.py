@@ -9,9 +9,19 @@ each registers its functions with :func:`constraint`.
 
 from __future__ import annotations
 
-from . import core, layout, options, quantization, versions  # noqa: F401  (registration)
+from . import core, folding, layout, options, quantization, versions  # noqa: F401  (registration)
 from .core import dtype_matches, expand_spec
-from .registry import CONSTRAINTS, OK, Check, Constraint, constraint, params_of, render_param, rule_text
+from .registry import (
+    AFTER_PLACEMENT,
+    CONSTRAINTS,
+    OK,
+    Check,
+    Constraint,
+    constraint,
+    params_of,
+    render_param,
+    rule_text,
+)
 
-__all__ = ["CONSTRAINTS", "OK", "Check", "Constraint", "constraint", "dtype_matches", "expand_spec", "params_of",
-           "render_param", "rule_text"]
+__all__ = ["AFTER_PLACEMENT", "CONSTRAINTS", "OK", "Check", "Constraint", "constraint", "dtype_matches", "expand_spec",
+           "params_of", "render_param", "rule_text"]

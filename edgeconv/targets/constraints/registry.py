@@ -13,6 +13,10 @@ Constraint = Callable[..., Check]
 OK: Check = (True, "")
 
 CONSTRAINTS: dict[str, Constraint] = {}
+# Constraints that judge an op by how the ops that read it were judged (XNNPACK folds a dequantized
+# constant only into delegated ops): ``(op, model, placed, **params)``, where ``placed`` maps each op's
+# (subgraph, index) to its status on its own rules; evaluated after every op was judged on its own.
+AFTER_PLACEMENT: set[str] = set()
 
 
 def constraint(fn: Constraint) -> Constraint:
@@ -20,6 +24,12 @@ def constraint(fn: Constraint) -> Constraint:
         raise ValueError(f"constraint {fn.__name__} registered twice")
     CONSTRAINTS[fn.__name__] = fn
     return fn
+
+
+def placement_constraint(fn: Constraint) -> Constraint:
+    """Register a constraint evaluated with the other ops' statuses (see ``AFTER_PLACEMENT``)."""
+    AFTER_PLACEMENT.add(fn.__name__)
+    return constraint(fn)
 
 
 def rule_text(fn: Constraint, params: dict[str, Any]) -> str:
