@@ -61,6 +61,11 @@ class QuantEngine(enum.Enum):
     AI_EDGE_QUANTIZER = "ai-edge-quantizer"  # Google's AI Edge Quantizer, applied to the float .tflite
 
 
+class UncertainPolicy(enum.Enum):
+    FAIL = "fail"  # an op that may not run on the accelerator fails the build (the default)
+    WARN = "warn"  # a warning; the op still counts as off the accelerator in its share of the MACs
+
+
 class IOType(enum.Enum):
     AUTO = "auto"  # int8 for int8, int16 for int16x8, float32 otherwise
     INT8 = "int8"
@@ -323,6 +328,10 @@ class GatesConfig:
     no_new_fallback: tuple[str, ...] = setting(
         "With a baseline: targets on which no op type may newly fall back to the CPU or become unsupported "
         "(e.g. [edgetpu]).", factory=tuple)
+    uncertain: UncertainPolicy = setting(
+        "An op an accelerator target cannot say it runs (past a size limit whose value no source gives, or "
+        "after such an op): fail (the default) or warn. Either way it counts as off the accelerator.",
+        default=UncertainPolicy.FAIL)
     disable: tuple[str, ...] = setting(
         "Default gates to turn off: accuracy, agreement, calibration, accelerator. The report and the console "
         "say so.", factory=tuple)

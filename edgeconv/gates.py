@@ -59,6 +59,7 @@ class Limits:
     max_cpu_fallback_ops: Mapping[str, int] = dataclasses.field(default_factory=dict)
     min_supported_mac_share: Mapping[str, float] = dataclasses.field(default_factory=dict)
     fail_on_warnings: bool = False
+    uncertain_fails: bool = True  # an op an accelerator target is uncertain about fails (gates.uncertain)
     max_arena_bytes: int | None = None
     max_flash_bytes: int | None = None
     notes: tuple[Loosened, ...] = ()
@@ -70,7 +71,8 @@ def check_limits(gates: GatesConfig | None) -> Limits:
     if gates is None:
         return Limits()
     return Limits(max_cpu_fallback_ops=dict(gates.max_cpu_fallback_ops),
-                  min_supported_mac_share=dict(gates.min_supported_mac_share), fail_on_warnings=gates.fail_on_warnings)
+                  min_supported_mac_share=dict(gates.min_supported_mac_share), fail_on_warnings=gates.fail_on_warnings,
+                  uncertain_fails=gates.uncertain.value == "fail")
 
 
 def gate_limits(config: PipelineConfig) -> Limits:
@@ -101,6 +103,9 @@ def gate_limits(config: PipelineConfig) -> Limits:
                      lambda w: f"gates.{key} = {value:g} is looser than the default {DEFAULTS[key]:g} ({w})")
         return value
 
+    if g.uncertain.value != "fail":
+        loosened("gates.uncertain", "uncertain", lambda w: f"gates.uncertain = {g.uncertain.value} is looser than "
+                 f"the default fail: an op an accelerator may not run passes ({w})")
     accelerators = {t.name for t in (load_target(name) for name in config.targets) if t.accelerator}
     for name, share in g.min_supported_mac_share.items():
         if name in accelerators and share < DEFAULTS["min_accelerator_mac_share"]:
@@ -116,5 +121,6 @@ def gate_limits(config: PipelineConfig) -> Limits:
         calibration_warnings_fail=g.fail_on_calibration_warnings,
         min_accelerator_mac_share=None if "accelerator" in off else DEFAULTS["min_accelerator_mac_share"],
         max_cpu_fallback_ops=dict(g.max_cpu_fallback_ops), min_supported_mac_share=dict(g.min_supported_mac_share),
-        fail_on_warnings=g.fail_on_warnings, max_arena_bytes=g.max_arena_bytes, max_flash_bytes=g.max_flash_bytes,
+        fail_on_warnings=g.fail_on_warnings, uncertain_fails=g.uncertain.value == "fail",
+        max_arena_bytes=g.max_arena_bytes, max_flash_bytes=g.max_flash_bytes,
         notes=tuple(notes))

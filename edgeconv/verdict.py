@@ -140,6 +140,8 @@ def target_checks(results: Sequence[TargetResult], limits: Limits, layers: Seque
         if r.target.accelerator:
             limit = limits.min_supported_mac_share.get(name, limits.min_accelerator_mac_share)
             out.append(_accelerator_check(r, share, limit, layers))
+            if c["uncertain"]:
+                out.append(_uncertain_check(r, gated=limit is not None and limits.uncertain_fails))
         elif name in limits.min_supported_mac_share:
             limit = limits.min_supported_mac_share[name]
             ok = share >= limit
@@ -185,6 +187,21 @@ def accelerator_line(r: TargetResult, layers: Sequence[str] = ()) -> str:
         layer = f" (layer {', '.join(found)})" if found else ""
         line += f"; {what} #{first.op.index} {first.op.type}{layer}: {reason}"
     return line
+
+
+def _uncertain_check(r: TargetResult, *, gated: bool) -> Check:
+    """Ops the target cannot say run on the accelerator: off it in the share of the MACs, and a failure
+    unless gates.uncertain is warn (or the target is not gated as an accelerator)."""
+    name = r.target.name
+    doubtful = [o for o in r.ops if o.status is OpStatus.UNCERTAIN]
+    first = doubtful[0]
+    why = next((v.detail for v in first.violations if v.effect.value == "uncertain"), "")
+    where = r.target.accelerator_name or name
+    sentence = (f"target {name}: {len(doubtful)} op(s) uncertain: they may not run on the {where} (counted off it); "
+                f"first #{first.op.index} {first.op.type}: {why}")
+    return Check(f"gate.uncertain.{name}", Kind.GATE, Outcome.FAIL if gated else Outcome.WARN,
+                 sentence + ("; gates.uncertain: warn accepts them" if gated else ""), measured=len(doubtful),
+                 limit=0, target=name)
 
 
 def _accelerator_check(r: TargetResult, share: float, limit: float | None, layers: Sequence[str]) -> Check:
