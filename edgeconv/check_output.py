@@ -29,7 +29,7 @@ def check_lines(path: Path, result: CheckResult, fmt: str, *, quiet: bool = Fals
     lines = [f"model: {found.sentence}"] if found is not None and not quiet else []
     brief = (found is not None and found.explains_every_op) or quiet
     for t in data:
-        lines += target_lines(t, per_op=not brief)
+        lines += target_lines(t, result.gate["checks"], per_op=not brief)
     if brief and not quiet:
         lines.append("(every op fails an integer target for that reason; per-op details: --format md or json)")
     return lines + [f"gate: {reason}" for reason in result.gate["reasons"]]

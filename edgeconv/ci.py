@@ -141,7 +141,8 @@ def summary_markdown(outcomes: Sequence[Outcome]) -> str:
             lines.append(f"| `{rel(o.pipeline)}` | **{EXIT_WORDS.get(o.code, o.code)}** | - | - | - | - |")
             continue
         r = o.report
-        targets = ", ".join(f"{t['name']} {'✅' if t['verdict'] == 'pass' else '❌'}" for t in r["targets"])
+        targets = ", ".join(f"{t['name']} {'✅' if verdict.target_passes(t, r['gate']['checks']) else '❌'}"
+                            for t in r["targets"])
         parity = "-"
         p = r.get("parity")
         if p:

@@ -193,11 +193,12 @@ def console_lines(report: rm.Report) -> list[str]:
             lines.append(f"{t['name']}: ERROR: {t['error']}")
         elif t["name"] in accel:
             a = accel[t["name"]]
-            verdict = "PASS" if target_passes(t, [a]) else "FAIL"
+            verdict = "PASS" if target_passes(t, checks) else "FAIL"
             lines.append(f"{a['sentence']} [{verdict}]")
         else:
             uncertain = f", {c['uncertain']} uncertain" if c.get("uncertain") else ""
-            lines.append(f"{t['name']}: {t['verdict'].upper()} ({c['supported']} supported{uncertain}, "
+            lines.append(f"{t['name']}: {'PASS' if target_passes(t, checks) else 'FAIL'} ({c['supported']} "
+                         f"supported{uncertain}, "
                          f"{c['cpu_fallback']} cpu_fallback, {c['unsupported']} unsupported)")
         estimated = estimates_line(t) if not t.get("error") else None
         if estimated is not None:
@@ -568,13 +569,16 @@ def passes_markdown(p: rm.PassSection) -> list[str]:
     return lines
 
 
-def target_lines(t: rm.TargetVerdict, *, per_op: bool = True) -> list[str]:
+def target_lines(t: rm.TargetVerdict, checks: Sequence[rm.Check] = (), *, per_op: bool = True) -> list[str]:
+    """A target's verdict (its own, and every gate check made on it: verdict.target_passes), counts and
+    shares, then (``per_op``) each op's violations."""
     lines: list[str] = []
     c, shares = t["counts"], t["shares"]
     if t.get("error"):
         return [f"{t['name']}: ERROR: {t['error']}"]
     uncertain = f", {c['uncertain']} uncertain" if c.get("uncertain") else ""
-    lines.append(f"{t['name']}: {str(t['verdict']).upper()} ({c['supported']} supported{uncertain}, "
+    word = "PASS" if target_passes(t, checks) else "FAIL"
+    lines.append(f"{t['name']}: {word} ({c['supported']} supported{uncertain}, "
                  f"{c['cpu_fallback']} cpu_fallback, {c['unsupported']} unsupported; {shares['macs']:.1%} of MACs "
                  "supported)")
     from .report import estimates_line

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from edgeconv.converters.tflite_reader import read_tflite
-from edgeconv.targets import load_target
-from edgeconv.targets.checker import check_model
+from edgeconv.targets import DATA_DIR, load_target
+from edgeconv.targets.checker import check_model, check_op
 from edgeconv.targets.target import OpStatus
 
 from ..conftest import ORACLES, REPO
@@ -150,7 +151,7 @@ def test_edgetpu_placement_follows_data_dependencies() -> None:
     ("etpu-resize_align_same.int8", [("MUL", "supported"), ("RESIZE_BILINEAR", "supported")]),
     ("etpu-resize_align_up.int8", [("MUL", "supported"), ("RESIZE_BILINEAR", "cpu_fallback")]),
     ("etpu-transpose_small.int8", [("MUL", "supported"), ("TRANSPOSE", "supported")]),
-    ("etpu-transpose_large.int8", [("MUL", "supported"), ("TRANSPOSE", "uncertain")]),
+    ("etpu-transpose_large.int8", [("MUL", "supported"), ("TRANSPOSE", "cpu_fallback")]),
 ])
 def test_edgetpu_patterns_compiler_16_decided(name: str, expected: list[tuple[str, str]]) -> None:
     assert _etpu(name) == expected
@@ -164,11 +165,14 @@ def test_edgetpu_tile_with_constant_multiples_is_in_the_table() -> None:
     assert [v.rule for v in tile.violations] == ["edgetpu.TILE.op_version_runtime"]
 
 
-def test_edgetpu_uncertain_size_makes_what_depends_on_it_uncertain() -> None:
-    """A large TRANSPOSE may not map; what reads it maps only if it does: uncertain, never supported."""
+def test_edgetpu_uncertain_size_makes_what_depends_on_it_uncertain(tmp_path: Path) -> None:
+    """A size limit of unknown value (output_elements_known, effect uncertain, in a target file of one's own):
+    the op may not map, and what reads it maps only if it does: uncertain, never supported. The built-in
+    edgetpu target sends the same TRANSPOSE to the CPU, and what reads it after it."""
     from ai_edge_litert import schema_py_generated as schema
 
     from edgeconv.converters.tflite_reader import parse_tflite
+    from edgeconv.targets.target import load_target_file
 
     from ..tflite_edit import edit
 
@@ -188,9 +192,56 @@ def test_edgetpu_uncertain_size_makes_what_depends_on_it_uncertain() -> None:
         sg.outputs = [len(sg.tensors) - 1]
 
     data = edit((REPO / "tests" / "data" / "probes" / "etpu-transpose_large.int8.tflite").read_bytes(), chain)
-    result = check_model(parse_tflite(data), load_target("edgetpu"))
+    builtin = check_model(parse_tflite(data), load_target("edgetpu"))
+    assert [(r.op.type, r.status.value) for r in builtin.ops] == [
+        ("MUL", "supported"), ("TRANSPOSE", "cpu_fallback"), ("MUL", "cpu_fallback")]
+    text = (DATA_DIR / "edgetpu.yaml").read_text().replace(
+        "{check: output_elements_mapped, maximum: 57600,",
+        "{check: output_elements_known, maximum: 57600, effect: uncertain,")
+    (tmp_path / "edgetpu.yaml").write_text(text)
+    result = check_model(parse_tflite(data), load_target_file(tmp_path / "edgetpu.yaml"))
     assert [(r.op.type, r.status.value) for r in result.ops] == [
         ("MUL", "supported"), ("TRANSPOSE", "uncertain"), ("MUL", "uncertain")]
     assert result.ops[2].violations[-1].detail == ("depends on #1 TRANSPOSE, which may not be mapped: it is mapped "
                                                    "only if that op is")
     assert result.shares()["ops"] == pytest.approx(1 / 3)
+
+
+def _facts() -> list[dict[str, object]]:
+    import yaml
+
+    path = REPO / "tests" / "data" / "oracles" / "edgetpu-public" / "yolo-heads.yaml"
+    return [{**op, "model": f"{m['repo']}/{m['path']}"} for m in yaml.safe_load(path.read_text()) for op in m["placed"]]
+
+
+@pytest.mark.parametrize("fact", _facts(), ids=lambda f: f"{f['model']}#{f['index']}")
+def test_edgetpu_places_large_reshape_and_transpose_as_compiler_16_did(fact: dict[str, Any]) -> None:
+    """The RESHAPE and TRANSPOSE ops of three public YOLO heads, where compiler 16 put them (facts from their
+    compiled pairs): an op that reads nothing the compiler left on the CPU is mapped exactly when the edgetpu
+    target's own rules say supported; one that does stays on the CPU whatever its size (segment placement)."""
+    from ..synthetic import Builder
+
+    b = Builder()
+    src, out = b.tensor(shape=tuple(fact["input"])), b.tensor(shape=tuple(fact["output"]), name="out")
+    inputs = [src] if fact["op"] == "RESHAPE" else [src, b.tensor("int32", (len(fact["input"]),),
+                                                                   value=_perm(fact["input"], fact["output"]))]
+    if fact["op"] == "RESHAPE":
+        inputs.append(b.tensor("int32", (len(fact["output"]),), value=fact["output"], scale=None))
+    op, model = b.op(str(fact["op"]), inputs, [out])
+    status = check_op(op, model, load_target("edgetpu")).status
+    if fact["reads_cpu_op"]:
+        assert fact["compiler"] == "cpu"
+    else:
+        assert (status is OpStatus.SUPPORTED) == (fact["compiler"] == "tpu"), (status, fact)
+        assert status in (OpStatus.SUPPORTED, OpStatus.CPU_FALLBACK)  # learned: never uncertain
+
+
+def _perm(src: list[int], out: list[int]) -> list[int]:
+    """A permutation taking shape ``src`` to ``out`` (the facts keep shapes, not the perm operand)."""
+    left = list(range(len(src)))
+    perm = []
+    for d in out:
+        k = next(i for i in left if src[i] == d)
+        left.remove(k)
+        perm.append(k)
+    return perm

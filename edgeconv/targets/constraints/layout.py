@@ -45,6 +45,34 @@ def output_elements_known(op: OpInfo, model: TFLiteModel, *, maximum: int) -> Ch
 
 
 @constraint
+def output_elements_mapped(op: OpInfo, model: TFLiteModel, *, maximum: int) -> Check:
+    """The output has at most {maximum} elements; the compiler leaves this op with a larger output on the
+    CPU ("not mapped due to some unspecified limitation")."""
+    out = op.outputs[0] if op.outputs else None
+    if out is None or out.elements <= maximum:
+        return OK
+    return False, f"output '{out.name}' is {_dims(out)} = {out.elements:,} elements"
+
+
+@constraint
+def reshape_size_mapped(op: OpInfo, model: TFLiteModel, *, maximum: int, rank4_maximum: int) -> Check:
+    """The output has at most {maximum} elements, or at most {rank4_maximum} when the reshape keeps rank 4
+    (it splits or merges dimensions of a 4-D tensor); the compiler leaves a larger reshape on the CPU ("not
+    mapped due to some unspecified limitation")."""
+    src = op.inputs[0] if op.inputs else None
+    out = op.outputs[0] if op.outputs else None
+    if out is None or out.elements <= maximum:
+        return OK
+    keeps = src is not None and len(src.shape) == 4 and len(out.shape) == 4
+    if keeps and out.elements <= rank4_maximum:
+        return OK
+    shape = f"{_dims(src)} -> " if src is not None else ""
+    limit = (f"over {rank4_maximum:,} for a rank-4 reshape" if keeps
+             else f"over {maximum:,} for a reshape that changes the rank")
+    return False, f"output '{out.name}' is {shape}{_dims(out)} = {out.elements:,} elements, {limit}"
+
+
+@constraint
 def input_rank(op: OpInfo, model: TFLiteModel, *, ranks: list[int]) -> Check:
     """The first input has rank {ranks}."""
     t = op.inputs[0] if op.inputs else None
