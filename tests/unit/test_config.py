@@ -679,6 +679,14 @@ def test_repair_keeps_the_lines_of_loosened_gate_notes(tmp_path: Path) -> None:
      [("gates.min_supported_mac_share.edgetpu", 7, "gates.min_supported_mac_share.edgetpu = 0.49 is looser than "
        "the default 0.5 for an accelerator (p.yaml line 7)")]),
     ("gates:\n  min_sqnr_db: 20\n  min_top1_agreement: 0.9\n", []),
+    ("gates:\n  max_accuracy_drop: 0.03\n", []),  # at the default: not looser
+    ("gates:\n  max_accuracy_drop: 0.0301\n",
+     [("gates.max_accuracy_drop", 6, "gates.max_accuracy_drop = 0.0301 is looser than the default 0.03 (p.yaml "
+                                     "line 6)")]),
+    ("targets: [edgetpu]\ngates:\n  min_supported_mac_share: {edgetpu: 0.5}\n", []),
+    ("gates:\n  uncertain: warn\n",
+     [("gates.uncertain", 6, "gates.uncertain = warn is looser than the default fail: an op an accelerator may not "
+                             "run passes (p.yaml line 6)")]),
 ])
 def test_each_loosened_default_names_its_key_file_and_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           gates: str, expected: list[tuple[str, int, str]]) -> None:
@@ -690,9 +698,9 @@ def test_each_loosened_default_names_its_key_file_and_line(tmp_path: Path, monke
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "m.keras").write_bytes(b"x")
-    np.savez(tmp_path / "c.npz", x=np.zeros((40, 3), np.float32))
+    np.savez(tmp_path / "c.npz", x=np.zeros((40, 3), np.float32), label=np.zeros(40))
     (tmp_path / "p.yaml").write_text("version: 1\nmodel: {path: m.keras}\ncalibration: {path: c.npz, samples: 20, "
-                                     "min_samples: 10}\nevaluation: {path: c.npz}\n" + gates)
+                                     "min_samples: 10}\nevaluation: {path: c.npz, labels: label}\n" + gates)
     notes = gate_limits(load_pipeline(tmp_path / "p.yaml")).notes
     assert [(n.key, n.line, n.sentence) for n in notes] == expected
     assert all(n.file == tmp_path / "p.yaml" and str(n) == n.sentence for n in notes)
