@@ -8,6 +8,8 @@ arena of 9,647,850 bytes."""
 
 from __future__ import annotations
 
+import copy
+import json
 import shutil
 from pathlib import Path
 
@@ -108,3 +110,33 @@ def test_accuracy_drop_gate_at_its_limit(offset: float, fails: bool) -> None:
     limits = Limits(min_sqnr_db=None, min_top1_agreement=None, max_accuracy_drop=0.0125 + offset)
     (check,) = agreement_checks(PARITY, limits)
     assert (check.id, check.outcome.fails) == ("accuracy.drop", fails)
+
+
+# The regression gates of `edgeconv diff` (and `build --baseline`, which calls the same function): growth
+# and fall compared with the limit times the baseline, at exactly representable values.
+REPORT = json.loads((REPO / "tests" / "data" / "reports" / "digits.report.json").read_text())
+
+
+def _report(path: Path, size: int, arena: int, accuracy: float) -> Path:
+    r = copy.deepcopy(REPORT)
+    r["tflite"]["bytes"], r["memory"]["arena_bytes"] = size, arena
+    r["parity"]["accuracy"]["built"] = accuracy
+    path.write_text(json.dumps(r))
+    return path
+
+
+@pytest.mark.parametrize(("flag", "new", "limit", "code"), [
+    ("--max-size-growth", (32_768 + 4_095, 16_384, 0.75), "0.125", 0),
+    ("--max-size-growth", (32_768 + 4_096, 16_384, 0.75), "0.125", 0),
+    ("--max-size-growth", (32_768 + 4_097, 16_384, 0.75), "0.125", 1),
+    ("--max-arena-growth", (32_768, 16_384 + 4_095, 0.75), "0.25", 0),
+    ("--max-arena-growth", (32_768, 16_384 + 4_096, 0.75), "0.25", 0),
+    ("--max-arena-growth", (32_768, 16_384 + 4_097, 0.75), "0.25", 1),
+    ("--max-accuracy-regression", (32_768, 16_384, 0.625), "0.125000001", 0),
+    ("--max-accuracy-regression", (32_768, 16_384, 0.625), "0.125", 0),
+    ("--max-accuracy-regression", (32_768, 16_384, 0.625), "0.124999999", 1),
+])
+def test_diff_regression_gates_at_their_limits(tmp_path: Path, flag: str, new: tuple[int, int, float], limit: str,
+                                               code: int, capsys: pytest.CaptureFixture[str]) -> None:
+    old = _report(tmp_path / "old.json", 32_768, 16_384, 0.75)
+    assert main(["diff", str(old), str(_report(tmp_path / "new.json", *new)), flag, limit]) == code
