@@ -304,6 +304,15 @@ def off(gate: str, sentence: str) -> Check:
     return Check(f"default.{gate}", Kind.GATE, Outcome.OFF, sentence)
 
 
+def onnx_float_check(worst: float, tolerance: float) -> Check:
+    """The float ONNX model against the source model: its largest difference within verify.float_tolerance
+    (at it passes)."""
+    return simple("conversion.onnx_float", Kind.CONVERSION, worst <= tolerance,
+                  f"the float ONNX model differs from the source model by {worst:.3g}"
+                  + (f" (> verify.float_tolerance {tolerance:g}): a tf2onnx conversion problem"
+                     if worst > tolerance else ""), worst, tolerance)
+
+
 def conversion_checks(limits: Limits, equivalence: Mapping[str, Any], findings: Sequence[Any],
                       calibrated: bool) -> list[Check]:
     """The checks a build makes before it runs the model: each default gate the pipeline loosened (off),

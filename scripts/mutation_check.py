@@ -48,23 +48,25 @@ MUTATIONS: list[tuple[str, str, str]] = [
     ("edgeconv/diff.py", '-acc["delta"] > gates.max_accuracy_regression',
      '-acc["delta"] >= gates.max_accuracy_regression'),
     ("edgeconv/verify/equivalence.py", '"passed": max_diff <= tolerance', '"passed": max_diff < tolerance'),
-    ("edgeconv/verify/onnx_stage.py", "worst <= tolerance,", "worst < tolerance,"),
+    ("edgeconv/verdict.py", "Kind.CONVERSION, worst <= tolerance,", "Kind.CONVERSION, worst < tolerance,"),
     ("edgeconv/calibration/checks.py", "if overlap / span < COVERS:", "if overlap / span <= COVERS:"),
     ("edgeconv/calibration/checks.py", "if (b - a) / span > WIDER:", "if (b - a) / span >= WIDER:"),
     ("edgeconv/calibration/checks.py", "if calib.count < min_samples:", "if calib.count <= min_samples:"),
     ("edgeconv/calibration/checks.py", "if corr is not None and corr < NOISE_CORRELATION:",
      "if corr is not None and corr <= NOISE_CORRELATION:"),
-    ("edgeconv/calibration/checks.py", "s[3] and s[2] / s[3] > limit)", "s[3] and s[2] / s[3] >= limit)"),
+    ("edgeconv/calibration/checks.py", "if n and out / n > limit)", "if n and out / n >= limit)"),
 ]
 
 
-def run(tree: Path, tests: str) -> tuple[bool, str, float]:
+def run(tree: Path, tests: list[str]) -> tuple[bool, str, float]:
     """Whether the tests pass in ``tree``, the first failure, and the seconds taken."""
     start = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", tests],
+    done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
                           cwd=tree, env=env, capture_output=True, text=True)
     failed = [line for line in done.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
+    if done.returncode not in (0, 1):  # no tests collected, a usage error, an interrupted run: not a verdict
+        raise SystemExit(f"pytest exited {done.returncode}: {done.stdout.strip().splitlines()[-1:]}")
     return done.returncode == 0, (failed[0] if failed else done.stdout.strip().splitlines()[-1]), \
         time.perf_counter() - start
 
@@ -72,7 +74,7 @@ def run(tree: Path, tests: str) -> tuple[bool, str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default="", help="only the mutations whose file or text holds this")
-    parser.add_argument("--tests", default="tests/unit")
+    parser.add_argument("--tests", nargs="+", default=["tests/unit"], help="test paths (default tests/unit)")
     args = parser.parse_args()
     chosen = [m for m in MUTATIONS if args.only in m[0] or args.only in m[1]]
     survived = 0

@@ -141,6 +141,13 @@ ACTIVATION_SAMPLES = 200  # evaluation samples the intermediate ranges are measu
 _LIMITS = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}
 
 
+def clipping(counts: Mapping[str, tuple[float, float]], percentile: float | None) -> list[tuple[float, str]]:
+    """The tensors whose share of clipped values (``counts``: clipped, all) is past what the ranges allow
+    (CLIPS, plus ``100 - percentile`` % on each side when the ranges are percentiles), largest share first."""
+    limit = CLIPS + (2 * (100.0 - percentile) / 100.0 if percentile is not None else 0.0)
+    return sorted(((out / n, name) for name, (out, n) in counts.items() if n and out / n > limit), reverse=True)
+
+
 def activation_warnings(float_tflite: bytes, model: TFLiteModel, evaluation: SampleSet, batch: int,
                         listed: int = 3, percentile: float | None = None) -> list[DataWarning]:
     """Do the built model's intermediate tensors hold what they carry on the evaluation data? Each quantized
@@ -182,8 +189,7 @@ def activation_warnings(float_tflite: bytes, model: TFLiteModel, evaluation: Sam
             s[0], s[1] = min(s[0], float(v.min())), max(s[1], float(v.max()))
             s[2] += float(np.count_nonzero((v < lo) | (v > hi)))
             s[3] += v.size
-    limit = CLIPS + (2 * (100.0 - percentile) / 100.0 if percentile is not None else 0.0)
-    clipped = sorted(((s[2] / s[3], name) for name, s in seen.items() if s[3] and s[2] / s[3] > limit), reverse=True)
+    clipped = clipping({name: (s[2], s[3]) for name, s in seen.items()}, percentile)
     out = []
     for share, name in clipped[:listed]:
         lo, hi, dtype = spans[name]

@@ -36,10 +36,16 @@ def equivalence(reference: Any, graph: FrozenGraph, fn: Any, calib: SampleSet, b
         for name in worst:
             diff = float(np.max(np.abs(want[name].astype(np.float64) - got[name].astype(np.float64))))
             worst[name] = max(worst[name], diff if math.isfinite(diff) else math.inf)
+    return proof(worst, tolerance, len(steps) * batch_size, calib.role)
+
+
+def proof(worst: dict[str, float], tolerance: float, samples: int, role: str) -> rm.Equivalence:
+    """The equivalence section: the largest difference of each output, and whether the largest of them all is
+    within ``verify.pass_tolerance`` (at it passes)."""
     max_diff = max(worst.values(), default=0.0)
-    return {"samples": len(steps) * batch_size, "tolerance": tolerance, "max_abs_diff": max_diff,
+    return {"samples": samples, "tolerance": tolerance, "max_abs_diff": max_diff,
             "per_output": worst, "passed": max_diff <= tolerance,
-            "inputs": "calibration samples" if calib.role == "calibration" else
+            "inputs": "calibration samples" if role == "calibration" else
             "seeded random inputs (the mode needs no calibration data and the pipeline gives none)"}
 
 

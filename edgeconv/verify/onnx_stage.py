@@ -46,12 +46,7 @@ def onnx_stage(o: OnnxConfig, quantization: QuantizationConfig, graph: FrozenGra
     runs: rm.OnnxParity = {"float": parity.measure(reference, {"onnx_float": float_runner.run}, data.batches(batch),
                                                    shapes, labels)}
     worst = max(per["onnx_float"]["max_abs_error"] for per in runs["float"]["outputs"].values())
-    tolerance = float_tolerance
-    check = verdict.simple(
-        "conversion.onnx_float", verdict.Kind.CONVERSION, worst <= tolerance,
-        f"the float ONNX model differs from the source model by {worst:.3g}"
-        + (f" (> verify.float_tolerance {tolerance:g}): a tf2onnx conversion problem" if worst > tolerance else ""),
-        worst, tolerance)
+    check = verdict.onnx_float_check(worst, float_tolerance)
     float_model: rm.FloatOnnxModel = {"file": f"{stem}.onnx", **onnx_export.summary(float_proto),
                                       "from_tf": onnx_export.from_tf(float_proto, graph)}
     models: dict[str, rm.OnnxModel] = {"float": float_model}

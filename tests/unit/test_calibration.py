@@ -376,3 +376,29 @@ def test_warning_texts() -> None:
     (few,) = data_warnings(sample_set(image_stats(0, 1), count=40), min_samples=100, evaluation=None, expected={})
     assert few.message == ("calibration uses 40 samples, fewer than calibration.min_samples (100); quantization "
                            "ranges may miss real inputs")
+
+
+# Each threshold of the calibration findings just inside, at and just outside (exact binary fractions):
+# covers < 0.5 (a warning), < 0.25 (severe), wider > 4x (severe), lag-1 correlation < 0.2 (noise), fewer
+# samples than calibration.min_samples.
+@pytest.mark.parametrize(("calib", "count", "found"), [
+    (image_stats(0, 0.5 + 2**-20), 200, []),  # covers just over half of [0, 1]
+    (image_stats(0, 0.5), 200, []),  # exactly half
+    (image_stats(0, 0.5 - 2**-20), 200, [("range_mismatch", False)]),
+    (image_stats(0, 0.25 + 2**-20), 200, [("range_mismatch", False)]),
+    (image_stats(0, 0.25), 200, [("range_mismatch", False)]),  # a quarter is not yet severe
+    (image_stats(0, 0.25 - 2**-20), 200, [("range_mismatch", True)]),
+    (image_stats(-1.5, 2.5 - 2**-20), 200, []),  # just under 4x as wide
+    (image_stats(-1.5, 2.5), 200, []),  # exactly 4x
+    (image_stats(-1.5, 2.5 + 2**-20), 200, [("range_mismatch", True)]),
+    (image_stats(0, 1, corr=0.2 + 2**-20), 200, []),
+    (image_stats(0, 1, corr=0.2), 200, []),
+    (image_stats(0, 1, corr=0.2 - 2**-20), 200, [("noise", True)]),
+    (image_stats(0, 1), 101, []),
+    (image_stats(0, 1), 100, []),  # exactly calibration.min_samples
+    (image_stats(0, 1), 99, [("min_samples", False)]),
+])
+def test_data_findings_at_their_thresholds(calib: dict[str, Any], count: int, found: list[tuple[str, bool]]) -> None:
+    warnings = data_warnings(sample_set(calib, count=count), min_samples=100,
+                             evaluation=sample_set(image_stats(0, 1)), expected={})
+    assert [(w.check, w.severe) for w in warnings] == found

@@ -140,3 +140,37 @@ def test_diff_regression_gates_at_their_limits(tmp_path: Path, flag: str, new: t
                                                code: int, capsys: pytest.CaptureFixture[str]) -> None:
     old = _report(tmp_path / "old.json", 32_768, 16_384, 0.75)
     assert main(["diff", str(old), str(_report(tmp_path / "new.json", *new)), flag, limit]) == code
+
+
+# The conversion checks: the passes' proof (verify.pass_tolerance) and the float ONNX model
+# (verify.float_tolerance), at their tolerance.
+@pytest.mark.parametrize(("diff", "passed"), [(2**-18 - 2**-30, True), (2**-18, True), (2**-18 + 2**-30, False)])
+def test_the_passes_proof_at_its_tolerance(diff: float, passed: bool) -> None:
+    from edgeconv import verdict
+    from edgeconv.gates import Limits
+    from edgeconv.verify.equivalence import proof
+
+    found = proof({"a": diff / 2, "b": diff}, 2**-18, 8, "calibration")
+    assert (found["passed"], found["max_abs_diff"]) == (passed, diff)
+    (check,) = [c for c in verdict.conversion_checks(Limits(), found, [], True) if c.id == "conversion.passes"]
+    assert check.outcome is (verdict.Outcome.PASS if passed else verdict.Outcome.FAIL)
+
+
+@pytest.mark.parametrize(("worst", "outcome"), [(2**-10 - 2**-30, "pass"), (2**-10, "pass"),
+                                                 (2**-10 + 2**-30, "fail")])
+def test_the_float_onnx_check_at_its_tolerance(worst: float, outcome: str) -> None:
+    from edgeconv import verdict
+
+    assert verdict.onnx_float_check(worst, 2**-10).outcome.value == outcome
+
+
+# The activation-range finding: more than 0.1 % of a tensor's values clipped (plus what percentile ranges
+# clip by design).
+@pytest.mark.parametrize(("out", "n", "percentile", "found"), [
+    (999, 1_000_000, None, False), (1_000, 1_000_000, None, False), (1_001, 1_000_000, None, True),
+    (20_999, 1_000_000, 99.0, False), (21_000, 1_000_000, 99.0, False), (21_001, 1_000_000, 99.0, True),
+])
+def test_activation_clipping_at_its_limit(out: int, n: int, percentile: float | None, found: bool) -> None:
+    from edgeconv.calibration.checks import clipping
+
+    assert clipping({"t": (float(out), float(n))}, percentile) == ([(out / n, "t")] if found else [])
