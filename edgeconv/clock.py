@@ -33,6 +33,11 @@ class Clock:
         self.stages[stage] = self.stages.get(stage, 0.0) + now - self.last
         self.last = now
 
+    def lap_then(self, stage: str, label: str) -> None:
+        """:meth:`lap` for the stage that ended, then :meth:`begin` for the next one."""
+        self.lap(stage)
+        self.begin(label)
+
     def _end(self) -> None:
         if self.label is not None and self.progress is not None:
             self.progress(self.label, 1, 0)

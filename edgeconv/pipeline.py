@@ -216,33 +216,27 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     clock = Clock(progress)
     if repaired is not None and "seconds" in repaired:
         clock.carry("repair", repaired["seconds"])
+    v, q, batch = config.verify, config.quantization, config.model.batch_size
     clock.begin("loading the model")
-    loaded = load_stage(config.model, config.verify.outputs, config.source, worker, progress)
+    loaded = load_stage(config.model, v.outputs, config.source, worker, progress)
     clock.lap("load")
     data = data_stage(config.calibration, config.evaluation, loaded.graph.inputs, work, progress,
-                      base=config.source.parent, batch=config.model.batch_size, pass_samples=config.verify.pass_samples)
+                      base=config.source.parent, batch=batch, pass_samples=v.pass_samples)
     clock.lap("data")
-    cleaned, graph_fn = clean_and_prove(config.passes, config.verify, config.model.batch_size, loaded, data.calib,
-                                        clock)
-    clock.lap("passes")
-    clock.begin("converting")
-    converted = convert_stage(config.quantization, config.verify, cleaned.graph, graph_fn, data.calib, data.evaluation,
-                              work, worker, progress, batch=config.model.batch_size, name=config.build_name,
-                              keep_worker=converts_again(config.verify, config.repair, suggest_keep_float,
-                                                         repaired is not None))
+    cleaned, graph_fn = clean_and_prove(config.passes, v, batch, loaded, data.calib, clock)
+    clock.lap_then("passes", "converting")
+    converted = convert_stage(q, v, cleaned.graph, graph_fn, data.calib, data.evaluation, work, worker, progress,
+                              batch=batch, name=config.build_name,
+                              keep_worker=converts_again(v, config.repair, suggest_keep_float, repaired is not None))
     del graph_fn  # it holds the weights once more: not kept through the build
     clock.lap("convert")
     results = check_targets(converted.model, targets)
-    warnings = data.warnings + quantization_findings(converted.model, converted.exported.float_tflite, data,
-                                                     config.quantization, config.model.batch_size)
+    warnings = data.warnings + quantization_findings(converted.model, converted.exported.float_tflite, data, q, batch)
     limits = gate_limits(config)
     early = verdict.conversion_checks(limits, cleaned.equivalence, warnings, config.calibration is not None)
-    clock.lap("check")
-    clock.begin("running the built model on every sample")
-    runs, ran = invoke_stage(converted.exported.tflite, data.calib, data.evaluation, config.model.batch_size,
-                             loaded.graph.layer_names())
-    clock.lap("invoke")
-    clock.begin("measuring parity")
+    clock.lap_then("check", "running the built model on every sample")
+    runs, ran = invoke_stage(converted.exported.tflite, data.calib, data.evaluation, batch, loaded.graph.layer_names())
+    clock.lap_then("invoke", "measuring parity")
     verification = Verification() if runs["failed"] else verification_stage(
         config, loaded, cleaned.reference, converted, data, suggest_keep_float=suggest_keep_float, progress=progress,
         limits=limits, targets=targets, clock=clock, work=work, repaired=repaired is not None)
