@@ -25,7 +25,8 @@ def check_lines(path: Path, result: CheckResult, fmt: str, *, quiet: bool = Fals
     found = diagnose(result.model)
     if fmt == "md":
         said = [f"**Model:** {found.sentence}", ""] if found is not None else []
-        return ["\n".join([f"# edgeconv check: {rel(path)}", "", *said, *targets_markdown(data)])]
+        table = targets_markdown(data, result.gate["checks"])
+        return ["\n".join([f"# edgeconv check: {rel(path)}", "", *said, *table])]
     lines = [f"model: {found.sentence}"] if found is not None and not quiet else []
     brief = (found is not None and found.explains_every_op) or quiet
     for t in data:

@@ -251,12 +251,15 @@ def _esc(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def targets_markdown(targets: Sequence[rm.TargetVerdict]) -> list[str]:
+def targets_markdown(targets: Sequence[rm.TargetVerdict], checks: Sequence[rm.Check] = ()) -> list[str]:
+    """The targets' table (each verdict with the gate checks made on it: verdict.target_passes), then per
+    target what stops it and the ops not fully supported."""
     lines = ["| target | verdict | supported | uncertain | cpu_fallback | unsupported | warnings | share of MACs "
              "supported |", "|---|---|---|---|---|---|---|---|"]
     for t in targets:
         c = t["counts"]
-        lines.append(f"| {t['name']} | **{t['verdict'].upper()}** | {c['supported']} | {c.get('uncertain', 0)} | "
+        word = "PASS" if target_passes(t, checks) else "FAIL"
+        lines.append(f"| {t['name']} | **{word}** | {c['supported']} | {c.get('uncertain', 0)} | "
                      f"{c['cpu_fallback']} | {c['unsupported']} | {t['warnings']} | {t['shares']['macs']:.1%} |")
     for t in targets:
         if t.get("error"):
@@ -326,7 +329,7 @@ def to_markdown(report: rm.Report) -> str:
         lines.append("")
     if model.get("notes"):
         lines += ["## Loading", ""] + [f"- {_esc(n)}" for n in model["notes"]] + [""]
-    lines += ["## Targets", ""] + targets_markdown(report["targets"]) + [""]
+    lines += ["## Targets", ""] + targets_markdown(report["targets"], report["gate"]["checks"]) + [""]
     overlays = [o["path"] for o in report["artifacts"].get("explorer", [])]
     if overlays:
         sqnr = (" and the per-op quantization SQNR" if any(p.endswith("quantization-sqnr.json") for p in overlays)

@@ -176,7 +176,9 @@ def accelerator_line(r: TargetResult, layers: Sequence[str] = ()) -> str:
     n = len(r.ops)
     on = r.counts()["supported"]
     where = r.target.accelerator_name or r.target.name
-    line = f"{r.target.name}: {on} of {n} ops ({r.shares()['macs']:.1%} of MACs) on the {where}"
+    doubt = r.counts()["uncertain"]
+    unsure = f", {doubt} ops uncertain (counted off it)" if doubt else ""
+    line = f"{r.target.name}: {on} of {n} ops ({r.shares()['macs']:.1%} of MACs) on the {where}{unsure}"
     first, what = r.first_blocking, "first blocking op"
     if first is None:
         first = next((o for o in r.ops if o.status is not OpStatus.SUPPORTED and o.op.subgraph == 0), None)

@@ -67,7 +67,9 @@ def test_build_fails_in_every_output(project: Path, capsys: pytest.CaptureFixtur
     (check,) = [c for c in report["gate"]["checks"] if c["id"] == "gate.uncertain.my-tpu"]
     assert (check["outcome"], check["measured"], check["limit"]) == ("fail", 1, 0)
     assert report["targets"][0]["counts"]["uncertain"] == 1 and report["targets"][0]["shares"]["ops"] == 0.5
-    assert WHY in (project / "out" / "report.md").read_text()
+    markdown = (project / "out" / "report.md").read_text()
+    assert WHY in markdown and "| my-tpu | **FAIL** | 1 | 1 | 0 | 0 |" in markdown
+    assert "my-tpu: 1 of 2 ops (100.0% of MACs) on the Edge TPU, 1 ops uncertain (counted off it)" in out
     failures = ET.parse(project / "junit.xml").getroot().iter("failure")
     assert [f.get("message") for f in failures] == [f"{WHY}; gates.uncertain: warn accepts them"]
     assert "| **fail** | 992 B | my-tpu ❌ |" in (project / "summary.md").read_text()
