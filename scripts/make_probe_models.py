@@ -83,6 +83,7 @@ def tf_cases(tf: Any) -> dict[str, bytes]:
         [([1, 4], tf.int32), ([3, 16], tf.float32)], "float16")
     out["xnn-dequantize_fp16_fc"] = _convert(tf, lambda x: tf.matmul(x, table[:, :8] * 1.0), [([3, 50], tf.float32)],
                                              "float16")
+    out["xnn-dequantize_fp16_fc_output"] = _with_dequantize_output(out["xnn-dequantize_fp16_fc"])
     # MEAN below and above rank 4 (XNNPACK takes ranks 1-6; a wake-word model's float [1, 128] keep_dims mean).
     out["xnn-mean_rank2_keep.float32"] = _convert(tf, lambda a: tf.reduce_mean(a * 2.0, axis=[1], keepdims=True),
                                                   [([1, 128], tf.float32)])
@@ -110,6 +111,21 @@ def tf_cases(tf: Any) -> dict[str, bytes]:
     out["etpu-transpose_small.int8"] = _convert(tf, lambda a: tf.transpose(a * 2.0, [0, 3, 1, 2]),
                                                 [([1, 20, 20, 144], tf.float32)], "int8")
     return out
+
+
+def _with_dequantize_output(data: bytes) -> bytes:
+    """The model with its DEQUANTIZE's float32 tensor a model output as well (no converter writes it: an edit)."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    from tests.tflite_edit import edit
+
+    def expose(model: Any) -> None:
+        sg = model.subgraphs[0]
+        codes = [c.builtinCode for c in model.operatorCodes]
+        (deq,) = [op for op in sg.operators if codes[op.opcodeIndex] == schema.BuiltinOperator.DEQUANTIZE]
+        sg.outputs = [*sg.outputs, deq.outputs[0]]
+
+    return edit(data, expose)
 
 
 def _argmax_branch(tf: Any) -> Any:

@@ -11,14 +11,12 @@ from .registry import OK, Check, placement_constraint
 @placement_constraint
 def consumers_delegated(op: OpInfo, model: TFLiteModel, placed: Mapping[tuple[int, int], str]) -> Check:
     """A dequantized float16 constant is unpacked into the ops that read it: the op runs in the delegate
-    only when every op that reads its output does and its output is not a model output."""
+    only when every op that reads its output does."""
     source = op.inputs[0] if op.inputs else None
     if source is None or not source.constant or source.dtype is not TensorType.FLOAT16 or not op.outputs:
         return OK
     out = op.outputs[0].index
     graph = model.subgraphs[op.subgraph]
-    if out in graph.outputs:
-        return False, f"its output '{op.outputs[0].name}' is a model output, which the interpreter writes"
     readers = [o for o in graph.ops if any(t is not None and t.index == out for t in o.inputs)]
     outside = [o for o in readers if placed.get((o.subgraph, o.index)) != "supported"]
     if not outside:
