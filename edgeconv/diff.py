@@ -102,6 +102,13 @@ def _gate_delta(old: rm.Gate, new: rm.Gate) -> dict[str, Any]:
             "newly_failed": sorted(failing(new) - failing(old)), "fixed": sorted(failing(old) - failing(new))}
 
 
+def _verdict(target: rm.TargetVerdict, report: rm.Report) -> str:
+    """A target's verdict in a report: an error stays an error; else pass or fail as verdict.target_passes."""
+    if target["verdict"] == "error":
+        return "error"
+    return "pass" if verdict.target_passes(target, report["gate"]["checks"]) else "fail"
+
+
 def diff(old: rm.Report, new: rm.Report) -> dict[str, Any]:
     """The changes from ``old`` to ``new`` (two report dicts)."""
     before, after = Counter(old["tflite"]["op_types"]), Counter(new["tflite"]["op_types"])
@@ -121,8 +128,9 @@ def diff(old: rm.Report, new: rm.Report) -> dict[str, Any]:
     for t in new["targets"]:
         was = old_targets.get(t["name"])
         now_ns = _not_supported(t)
-        entry: dict[str, Any] = {"name": t["name"], "old_verdict": was["verdict"] if was else None,
-                                 "new_verdict": t["verdict"], "old_counts": was["counts"] if was else None,
+        # Each target's verdict with the gate checks made on it (an accelerator's share, its configured limits).
+        entry: dict[str, Any] = {"name": t["name"], "old_verdict": _verdict(was, old) if was else None,
+                                 "new_verdict": _verdict(t, new), "old_counts": was["counts"] if was else None,
                                  "new_counts": t["counts"]}
         was_ns = _not_supported(was) if was else {s: Counter() for s in NOT_SUPPORTED}
         for status in NOT_SUPPORTED:

@@ -124,3 +124,15 @@ def test_an_accuracy_change_is_in_points(tmp_path: Path, capsys: pytest.CaptureF
     got = _diff(tmp_path, with_accuracy(old_acc), with_accuracy(new_acc), "--max-accuracy-regression", limit)
     assert got == code
     assert line in capsys.readouterr().out.splitlines()
+
+
+def test_a_target_whose_gate_fails_is_shown_failing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The Edge TPU's accelerator check failing in the new report: the target row says PASS -> FAIL (it said
+    PASS -> PASS beside a newly failing accelerator.edgetpu), from verdict.target_passes."""
+    new = copy.deepcopy(REAL)
+    (check,) = [c for c in new["gate"]["checks"] if c["id"] == "accelerator.edgetpu"]
+    check["outcome"] = "fail"
+    new["gate"]["verdict"] = "fail"
+    assert _diff(tmp_path, REAL, new) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| edgetpu |")]
+    assert len(rows) == 1 and rows[0].startswith("| edgetpu | PASS -> FAIL |")
