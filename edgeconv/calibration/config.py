@@ -119,7 +119,8 @@ class DataConfig:
 class CalibrationConfig(DataConfig):
     """Representative data for calibration, keyed by model input name."""
 
-    samples: int = setting("Number of samples drawn (without replacement) from the data.", default=200, minimum=1)
+    samples: int = setting("Number of samples drawn (without replacement) from the data; when it holds fewer, all "
+                           "of them (a note; fewer than min_samples is the finding).", default=200, minimum=1)
     seed: int = setting("Seed of the sample draw, so a build is reproducible.", default=0, minimum=0)
     min_samples: int = setting("Fewer samples than this is a warning (below 10 an error).", default=100,
                                minimum=1)

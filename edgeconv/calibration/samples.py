@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -25,6 +26,8 @@ from .sources import UNNAMED, Field, Reader
 _MAX_LISTED = 5
 # (stage, done, total); total 0: a stage without a count, done 0 when it starts and 1 when it ends
 Progress = Callable[[str, int, int], None]
+
+log = logging.getLogger(__name__)
 
 
 class Stats:
@@ -214,9 +217,10 @@ def collect(reader: Reader, inputs: Sequence[TensorSpec], *, role: str, source: 
     mapping, notes = match_fields(fields, inputs, reader.location, [labels] if labels else [])
     available = reader.count()
     wanted = available if samples is None else samples
-    if wanted > available:
-        raise DataError(f"{reader.location}: {role}.samples is {wanted} but the data holds {available} samples; "
-                        f"set {role}.samples to {available} or fewer")
+    if wanted > available:  # all of it: fewer than min_samples is the finding (a warning, below 10 an error)
+        notes.append(f"{role}.samples is {wanted} but the data holds {available} samples: all {available} are used")
+        log.warning("%s: %s", reader.location, notes[-1])
+        wanted = available
     indices = np.sort(np.random.default_rng(seed).choice(available, size=wanted, replace=False))
     order = [spec for spec in inputs]
     stats = {spec.name: Stats(tuple(spec.shape[1:])) for spec in order}

@@ -118,8 +118,6 @@ GOOD = np.random.default_rng(0).random((300, 16, 16, 1), dtype=np.float32)
     ({"image": (GOOD * 255).astype(np.uint8)},
      "bad.npz: input 'image' is uint8 but the model input is float32: apply the model's preprocessing (e.g. scale "
      "to the range it was trained on) and save float data"),
-    ({"image": GOOD[:50]},
-     "bad.npz: calibration.samples is 200 but the data holds 50 samples; set calibration.samples to 50 or fewer"),
     ({"image": np.where(np.arange(300)[:, None, None, None] == 17, np.nan, GOOD)[:200]},
      "bad.npz: NaN or Inf in 1 sample(s) of the calibration data: bad.npz sample 17 ('image')"),
     ({"images": GOOD},

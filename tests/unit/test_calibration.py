@@ -172,7 +172,7 @@ def test_seeded_selection_is_reproducible_hashed_and_spooled(tmp_path: Path) -> 
     assert a.stats["image"]["min"] == pytest.approx(float(images[list(a.indices)].min()))
 
 
-def test_nan_names_the_sample_and_too_many_samples_is_refused(tmp_path: Path) -> None:
+def test_nan_names_the_sample_and_more_samples_than_the_data_holds_uses_all(tmp_path: Path) -> None:
     images = rng_images(30)
     images[[3, 17]] = np.nan
     np.savez(tmp_path / "c.npz", image=images)
@@ -180,10 +180,13 @@ def test_nan_names_the_sample_and_too_many_samples_is_refused(tmp_path: Path) ->
         spool("npz", cfg("c.npz"), [IMAGE], tmp_path, None)
     assert str(err.value) == ("c.npz: NaN or Inf in 2 sample(s) of the calibration data: c.npz sample 3 ('image'), "
                               "c.npz sample 17 ('image')")
-    with pytest.raises(DataError) as err:
-        spool("npz", cfg("c.npz"), [IMAGE], tmp_path, 31)
-    assert str(err.value) == ("c.npz: calibration.samples is 31 but the data holds 30 samples; set "
-                              "calibration.samples to 30 or fewer")
+    images[[3, 17]] = 0.5
+    np.savez(tmp_path / "c.npz", image=images)
+    for asked, used in ((29, 29), (30, 30), (31, 30)):  # just inside, at and just outside what the data holds
+        got = spool("npz", cfg("c.npz"), [IMAGE], tmp_path, asked)
+        assert len(got.indices) == used
+        assert list(got.notes) == ([] if asked <= 30 else [
+            "calibration.samples is 31 but the data holds 30 samples: all 30 are used"])
 
 
 # -- CSV ----------------------------------------------------------------------------------------------
