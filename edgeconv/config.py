@@ -118,7 +118,7 @@ def _parse_bind(node: yaml.Node, key: str, ctx: Ctx) -> Any:
     return types.MappingProxyType(out) if len(out) == len(node.value) else INVALID
 
 
-OUTPUT_KINDS = ("classification", "regression")
+OUTPUT_KINDS = ("classification", "binary", "multilabel", "regression")
 _FILE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
 _OBJECT_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
@@ -145,8 +145,8 @@ def _parse_custom_objects(node: yaml.Node, key: str, ctx: Ctx) -> Any:
 
 
 def _parse_output_kinds(node: yaml.Node, key: str, ctx: Ctx) -> Any:
-    """Model output name -> classification | regression."""
-    return _parse_text_map(node, key, ctx, "model output name to classification or regression", lambda value, v: None
+    """Model output name -> classification | binary | multilabel | regression."""
+    return _parse_text_map(node, key, ctx, "model output name to an output kind", lambda value, v: None
                            if value in OUTPUT_KINDS else f"unknown output kind {_yaml_text(v)} (allowed: "
                            f"{allowed_list(OUTPUT_KINDS)}){did_you_mean(str(value), OUTPUT_KINDS)}")
 
@@ -261,10 +261,13 @@ class VerifyConfig:
                             "per-op analysis: it runs TF's QuantizationDebugger on the evaluation data, a large "
                             "part of the build time on big models).", default=5, minimum=0)
     outputs: Mapping[str, str] = setting(
-        "Kind of each model output: classification (top-1 agreement and accuracy are measured) or regression "
-        "(boxes, landmarks, embeddings: SQNR, cosine and max error only). Default: classification for an "
-        "output of class scores (one vector per sample of non-negative values summing to 1, or the output "
-        "the evaluation labels score), regression otherwise.", factory=dict, parse=_parse_output_kinds,
+        "Kind of each model output: classification (top-1 agreement and accuracy are measured), binary (one "
+        "sigmoid unit: the decision at 0.5 is its top-1, and 0/1 labels score it), multilabel (independent "
+        "sigmoid tags: each tag's decision at 0.5, averaged) or regression (boxes, landmarks, embeddings: SQNR, "
+        "cosine and max error only). Default: classification for an output of class scores (one vector per "
+        "sample of non-negative values summing to 1, or the output the evaluation labels score), binary for one "
+        "value per sample in [0, 1] that 0/1 labels score, regression otherwise.", factory=dict,
+        parse=_parse_output_kinds,
         json_schema=lambda: {"type": "object", "additionalProperties": {"enum": list(OUTPUT_KINDS)}})
     suggest_keep_float: bool = setting(
         "Try keeping the worst layers in float, one more at a time, until the parity gates pass (targets must "

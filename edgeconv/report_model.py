@@ -206,7 +206,9 @@ class OutputParity(TypedDict):
     mean_abs_error: float
     cosine: float
     sqnr_db: float | None
-    top1_agreement: float | None
+    top1_agreement: Annotated[float | None, Doc(
+        "Share of the top-1 decisions the compared model shares with the reference: the top-1 class "
+        "(classification), the decision at 0.5 (binary; multilabel: per tag, averaged); null for regression")]
     reference_max_abs: NotRequired[float]
 
 
@@ -214,7 +216,7 @@ class Parity(TypedDict):
     samples: Count
     data: NotRequired[Annotated[str, OneOf(("evaluation", "calibration", "random")), Doc(
         "The samples it ran on: the evaluation data, or without any, the calibration samples.")]]
-    kinds: NotRequired[dict[str, Annotated[str, OneOf(("classification", "regression"))]]]
+    kinds: NotRequired[dict[str, Annotated[str, OneOf(("classification", "binary", "multilabel", "regression"))]]]
     outputs: Annotated[dict[str, dict[str, OutputParity]], Doc("Per model output, per pair compared.")]
     accuracy: Annotated[dict[str, Any] | None, Doc(
         "Top-1 accuracy against the labels: the output scored, one share per model compared (source, tflite_float, "

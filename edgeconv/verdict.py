@@ -217,6 +217,19 @@ def _accelerator_check(r: TargetResult, share: float, limit: float | None, layer
                          f"(gates.min_supported_mac_share.{name})"), measured=share, limit=limit, target=name)
 
 
+# What top1_agreement measures, by output kind (verify.outputs): a sigmoid unit's top-1 is its decision at 0.5.
+_AGREEMENT = {"binary": "decision agreement (at 0.5)", "multilabel": "per-tag decision agreement (at 0.5)"}
+
+
+def labels_unused(labels: str, kinds: Mapping[str, str]) -> Check:
+    """Evaluation labels no output can be scored with: said (a warning), never silently dropped."""
+    said = ", ".join(f"{name} {kind}" for name, kind in kinds.items())
+    return Check("accuracy.labels_unused", Kind.ACCURACY, Outcome.WARN,
+                 f"the evaluation labels {labels!r} score no output ({said}): no accuracy is measured; declare the "
+                 "output they score in verify.outputs (classification, or binary for one sigmoid unit with 0/1 "
+                 "labels)")
+
+
 def agreement_checks(parity: Mapping[str, Any], limits: Limits, candidate: str = "built") -> list[Check]:
     """The built model against the source model, per output; accuracy against the labels."""
     out: list[Check] = []
@@ -237,8 +250,9 @@ def agreement_checks(parity: Mapping[str, Any], limits: Limits, candidate: str =
                              measured=m["cosine"], limit=limits.min_cosine))
         if limits.min_top1_agreement is not None and m["top1_agreement"] is not None:
             ok = m["top1_agreement"] >= limits.min_top1_agreement
+            what = _AGREEMENT.get(parity.get("kinds", {}).get(name, ""), "top-1 agreement")
             out.append(Check(f"agreement.top1.{name}", Kind.AGREEMENT, Outcome.PASS if ok else Outcome.FAIL,
-                             f"output {name!r}: top-1 agreement {m['top1_agreement']:.2%}"
+                             f"output {name!r}: {what} {m['top1_agreement']:.2%}"
                              + ("" if ok else f" < gates.min_top1_agreement {limits.min_top1_agreement:.2%}")
                              + f" (on the {data} samples)", measured=m["top1_agreement"],
                              limit=limits.min_top1_agreement))

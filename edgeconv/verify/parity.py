@@ -36,6 +36,8 @@ class _Accumulator:
     agree: int = 0
     reference_max: float = 0.0  # largest |value| of the reference output: the scale rounding errors grow with
     scores: bool = True  # every reference row so far is a vector of class probabilities
+    probabilities: bool = True  # every reference value so far lies in [0, 1] (sigmoid units)
+    decided: int = 0  # values whose decision at 0.5 (value >= 0.5) is the reference's
 
     def add(self, want: np.ndarray, got: np.ndarray) -> None:
         want = want.astype(np.float64).reshape(want.shape[0], -1)
@@ -48,6 +50,8 @@ class _Accumulator:
         # Class probabilities: non-negative, summing to 1 (within what an int8 softmax's rounding leaves).
         self.scores = self.scores and want.shape[1] > 1 and bool(
             np.all(want >= -1e-6) and np.all(np.abs(want.sum(1) - 1.0) < 0.05))
+        self.probabilities = self.probabilities and bool(np.all((want >= 0.0) & (want <= 1.0)))
+        self.decided += int(np.sum((want >= 0.5) == (got >= 0.5)))
         self.sum_abs += float(diff.sum())
         self.signal += float(np.sum(want ** 2))
         self.noise += float(np.sum((want - got) ** 2))
@@ -59,13 +63,16 @@ class _Accumulator:
         if want.shape[1] > 1:
             self.agree += int(np.sum(want.argmax(1) == got.argmax(1)))
 
-    def result(self, classifier: bool) -> rm.OutputParity:
+    def result(self, kind: str) -> rm.OutputParity:
+        """The comparison; ``top1_agreement`` by the output's kind: the top-1 class (classification), the
+        decision at 0.5 (binary: the top-1 of [1 - p, p]; multilabel: each tag's, averaged), none (regression)."""
         # No noise at all: SQNR is unbounded, written as null (JSON has no infinity).
         sqnr = 10 * math.log10(self.signal / self.noise) if self.noise > 0 and self.signal > 0 else None
+        top1 = (self.agree / max(self.samples, 1) if kind == "classification" else
+                self.decided / max(self.n, 1) if kind in ("binary", "multilabel") else None)
         return {"max_abs_error": self.max_abs, "mean_abs_error": self.sum_abs / max(self.n, 1),
                 "reference_max_abs": self.reference_max,
-                "cosine": self.cosine_sum / max(self.samples, 1), "sqnr_db": sqnr,
-                "top1_agreement": self.agree / max(self.samples, 1) if classifier else None}
+                "cosine": self.cosine_sum / max(self.samples, 1), "sqnr_db": sqnr, "top1_agreement": top1}
 
 
 def is_classifier(shape: tuple[int, ...]) -> bool:
@@ -73,37 +80,59 @@ def is_classifier(shape: tuple[int, ...]) -> bool:
     return len(shape) == 2 and shape[1] > 1
 
 
+def is_unit(shape: tuple[int, ...]) -> bool:
+    """One value per sample: a sigmoid unit when its values are probabilities."""
+    return math.prod(shape[1:]) == 1
+
+
+def _predicted(values: np.ndarray, size: int, binary: bool) -> np.ndarray:
+    """The class each sample is given: the top-1 class, or for one sigmoid unit the decision at 0.5."""
+    rows = values.reshape(size, -1)
+    return (rows[:, 0] >= 0.5).astype(np.int64) if binary else rows.argmax(1)
+
+
 def measure(reference: Run, candidates: Mapping[str, Run], batches: Iterable[dict[str, np.ndarray]],
             output_shapes: Mapping[str, tuple[int, ...]], labels: np.ndarray | None,
             kinds: Mapping[str, str] | None = None) -> rm.Parity:
     """Compare every candidate with the reference, output by output, on the same batches. ``kinds`` says
-    which outputs are classification (top-1 agreement, accuracy) and which regression; an output not
-    named is classification when it holds class probabilities, or is the one the labels score."""
+    each output's kind (classification, binary, multilabel, regression); an output not named is
+    classification when it holds class probabilities, binary when it is one value per sample in [0, 1] that
+    0/1 labels score, regression otherwise. The labels score the first classification output, else a
+    binary one (the decision at 0.5)."""
     kinds = kinds or {}
     acc = {c: {o: _Accumulator() for o in output_shapes} for c in candidates}
-    hits = {c: 0 for c in ("source", *candidates)}
     declared = [o for o in output_shapes if kinds.get(o) == "classification"]
     scored = declared[0] if declared else next(
-        (o for o, s in output_shapes.items() if is_classifier(s) and kinds.get(o) != "regression"), None)
+        (o for o, s in output_shapes.items() if is_classifier(s) and kinds.get(o) not in ("regression", "binary",
+                                                                                           "multilabel")), None)
+    binary_labels = labels is not None and bool(np.all((labels == 0) | (labels == 1)))
+    unit = None if scored is not None or not binary_labels else next(
+        (o for o, s in output_shapes.items() if is_unit(s) and kinds.get(o, "binary") == "binary"), None)
+    hits = {o: {c: 0 for c in ("source", *candidates)} for o in (scored, unit) if o is not None}
     seen = 0
     for feeds in batches:
         want = reference(feeds)
         size = next(iter(want.values())).shape[0]
         truth = labels[seen:seen + size] if labels is not None else None
-        if truth is not None and scored is not None:
-            hits["source"] += int(np.sum(want[scored].reshape(size, -1).argmax(1) == truth))
+        for o in hits if truth is not None else ():
+            hits[o]["source"] += int(np.sum(_predicted(want[o], size, o == unit) == truth))
         for c, run in candidates.items():
             got = run(feeds)
             for o in output_shapes:
                 acc[c][o].add(want[o], got[o])
-            if truth is not None and scored is not None:
-                hits[c] += int(np.sum(got[scored].reshape(size, -1).argmax(1) == truth))
+            for o in hits if truth is not None else ():
+                hits[o][c] += int(np.sum(_predicted(got[o], size, o == unit) == truth))
         seen += size
     first = next(iter(candidates), None)
+    if unit is not None and kinds.get(unit) != "binary" and (first is None or not acc[first][unit].probabilities):
+        unit = None  # one value per sample, but not a probability: a regression the labels cannot score
+    scored = scored if scored is not None else unit
 
     def kind(o: str, shape: tuple[int, ...]) -> str:
         if o in kinds:
             return kinds[o]
+        if o == unit:
+            return "binary"
         looks = is_classifier(shape) and first is not None and acc[first][o].scores
         return "classification" if looks or (labels is not None and o == scored) else "regression"
 
@@ -111,12 +140,11 @@ def measure(reference: Run, candidates: Mapping[str, Run], batches: Iterable[dic
     out: rm.Parity = {
         "samples": seen,
         "kinds": found,
-        "outputs": {o: {c: acc[c][o].result(found[o] == "classification") for c in candidates}
-                    for o in output_shapes},
+        "outputs": {o: {c: acc[c][o].result(found[o]) for c in candidates} for o in output_shapes},
         "accuracy": None,
     }
     if labels is not None and scored is not None and seen:
-        accuracy = {c: hits[c] / seen for c in hits}
+        accuracy = {c: n / seen for c, n in hits[scored].items()}
         out["accuracy"] = {"output": scored, **accuracy,
                            "drop": {c: accuracy["source"] - accuracy[c] for c in candidates}}
     return out

@@ -102,6 +102,9 @@ def verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, converte
     result = measure(exported.tflite, with_float=True)
     # The INT8 model's agreement first: when both fail, that is the line the user reads.
     checks = verdict.agreement_checks(result, limits)
+    if samples.labels and result["accuracy"] is None:
+        checks.append(verdict.labels_unused(samples.labels, result.get("kinds", {})))
+        log.warning("%s", checks[-1].sentence)
     if float_tflite is not None:
         checks += parity.float_conversion_checks(result, config.verify.float_tolerance, len(model.ops))
     final = [model.main.tensors[i].name for i in model.main.outputs]

@@ -194,3 +194,39 @@ def test_a_deep_float_graph_is_not_blamed_for_rounding_and_its_int8_failure_is_t
     assert reason.startswith("output 'head': SQNR ") and reason.endswith(" dB < gates.min_sqnr_db 20 (on the "
                                                                          "evaluation samples)")
     assert f"  - {reason}" in capsys.readouterr().out.splitlines()
+
+
+def test_a_binary_head_collapsed_by_its_int8_input_fails_on_its_true_accuracy(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One sigmoid unit whose decision rests on a feature 30,000x narrower than its neighbour (normalized inside
+    the model, as tabular models are): the int8 input's one scale erases it and every sample becomes "0". The
+    labels score the unit at 0.5 (they were unused, or with `classification` an argmax over one value gave the
+    share of label 0 for both models); the accuracy and decision-agreement gates fail on the real numbers."""
+    import keras
+
+    rng = np.random.default_rng(3)
+    wide, narrow = rng.uniform(0, 1000, 400), rng.uniform(0, 0.03, 400)
+    x = np.stack([wide, narrow], 1).astype(np.float32)
+    keras.utils.set_random_seed(0)
+    norm = keras.layers.Normalization(name="norm")
+    norm.adapt(x)
+    inp = keras.Input((2,), name="x")
+    head = keras.layers.Dense(1, activation="sigmoid", name="p")
+    keras.Model(inp, head(norm(inp))).save(tmp_path / "m.keras")
+    model = keras.models.load_model(tmp_path / "m.keras")
+    model.get_layer("p").set_weights([np.array([[0.0], [8.0]], np.float32), np.zeros(1, np.float32)])
+    model.save(tmp_path / "m.keras")
+    labels = (model.predict(x, verbose=0)[:, 0] >= 0.5).astype(np.int64)  # what the float model decides
+    np.savez(tmp_path / "cal.npz", x=x[:200])
+    np.savez(tmp_path / "eval.npz", x=x[200:], label=labels[200:])
+    (tmp_path / "p.yaml").write_text("version: 1\nmodel: {path: m.keras}\ncalibration: {path: cal.npz, samples: 200}\n"
+                                     "evaluation: {path: eval.npz, labels: label}\ntargets: [arm-neon]\n")
+    assert main(["build", str(tmp_path / "p.yaml"), "-q"]) == 1
+    report = json.loads((tmp_path / "build" / "m" / "report.json").read_text())
+    parity = report["parity"]
+    assert parity["kinds"] == {"p": "binary"}
+    acc = parity["accuracy"]
+    assert acc["output"] == "p" and acc["source"] == 1.0 and acc["tflite_float"] == 1.0
+    assert acc["built"] == pytest.approx(float(np.mean(labels[200:] == 0)), abs=0.02)  # everything called 0
+    failed = {c["id"] for c in report["gate"]["checks"] if c["outcome"] == "fail"}
+    assert {"accuracy.drop", "agreement.top1.p"} <= failed

@@ -282,3 +282,62 @@ def test_an_output_the_converter_keeps_float_is_a_model_error_naming_the_op() ->
         "CUSTOM:AudioSpectrogram 'logmel'): the model has an op the converter does not quantize there. Fix: set "
         "quantization.output_type: float32, or replace CUSTOM:AudioSpectrogram with an op the converter quantizes")
     check_io_types(model, "int8", "float32")  # what the fix says: no error
+
+
+# One sigmoid unit: 8 samples, 5 of them label 1. The reference calls 7 of 8 right (4 of them 1); the built model
+# collapses to "0" for every sample (the decision at 0.5), as an INT8 input that erased its features does.
+SIGMOID = np.array([[0.9], [0.8], [0.3], [0.7], [0.6], [0.2], [0.1], [0.4]])
+TRUTH = np.array([1, 1, 0, 1, 1, 0, 0, 1])
+COLLAPSED = np.full((8, 1), 0.3)
+
+
+@pytest.mark.parametrize(("kinds", "labels", "kind", "accuracy"), [
+    (None, TRUTH, "binary", (7 / 8, 3 / 8)),  # inferred: one probability per sample, 0/1 labels score it
+    (None, None, "regression", None),  # no labels: one value per sample is not assumed to be a decision
+    ({"y": "binary"}, None, "binary", None),  # declared: the decision agreement without labels
+    (None, TRUTH * 2, "regression", None),  # labels 0/2 cannot score a sigmoid unit
+    ({"y": "regression"}, TRUTH, "regression", None),
+])
+def test_one_sigmoid_unit_is_a_binary_head(kinds: dict[str, str] | None, labels: np.ndarray | None, kind: str,
+                                           accuracy: tuple[float, float] | None) -> None:
+    """The accuracy is the decision at 0.5 against the labels (argmax over one value said "class 0" for every
+    sample: the share of label 0, whatever the model did), and the agreement is the share of decisions kept."""
+    result = _measure(SIGMOID, COLLAPSED, kinds, labels)
+    assert result["kinds"] == {"y": kind}
+    top1 = result["outputs"]["y"]["built"]["top1_agreement"]
+    assert top1 == (None if kind == "regression" else 4 / 8)  # the four samples the reference calls 0
+    if accuracy is None:
+        assert result["accuracy"] is None
+    else:
+        acc = result["accuracy"]
+        assert (acc["output"], acc["source"], acc["built"]) == ("y", *accuracy)
+        assert acc["drop"]["built"] == pytest.approx(accuracy[0] - accuracy[1])
+
+
+def test_a_collapsed_binary_head_fails_the_accuracy_and_agreement_gates() -> None:
+    result = _measure(SIGMOID, COLLAPSED, None, TRUTH)
+    result["data"] = "evaluation"
+    found = {c.id: c for c in verdict.agreement_checks(result, verdict.Limits())}
+    assert found["agreement.top1.y"].outcome is verdict.Outcome.FAIL
+    assert found["agreement.top1.y"].sentence == ("output 'y': decision agreement (at 0.5) 50.00% < "
+                                                  "gates.min_top1_agreement 90.00% (on the evaluation samples)")
+    assert found["accuracy.drop"].outcome is verdict.Outcome.FAIL
+
+
+def test_multilabel_tags_are_decided_one_by_one() -> None:
+    """Four independent tags per sample (declared): each tag's decision at 0.5, averaged; no accuracy from
+    one-class labels."""
+    reference = np.array([[0.9, 0.1, 0.6, 0.4], [0.2, 0.8, 0.7, 0.3]])
+    built = np.array([[0.8, 0.2, 0.4, 0.4], [0.3, 0.6, 0.7, 0.6]])  # 2 of 8 decisions flip
+    result = _measure(reference, built, {"y": "multilabel"}, np.array([0, 1]))
+    assert result["kinds"] == {"y": "multilabel"}
+    assert result["outputs"]["y"]["built"]["top1_agreement"] == 6 / 8
+    assert result["accuracy"] is None
+
+
+def test_labels_no_output_can_use_are_said() -> None:
+    check = verdict.labels_unused("label", {"y": "regression"})
+    assert (check.id, check.outcome) == ("accuracy.labels_unused", verdict.Outcome.WARN)
+    assert check.sentence == ("the evaluation labels 'label' score no output (y regression): no accuracy is measured; "
+                              "declare the output they score in verify.outputs (classification, or binary for one "
+                              "sigmoid unit with 0/1 labels)")
