@@ -1,0 +1,103 @@
+"""A plain NumPy interpreter for full-integer .tflite models: every op as TFLite's reference kernels compute
+it (``edgeconv.reference.ops``, one function per op; ``fixedpoint`` for the requantization arithmetic), so a
+porting engineer can reproduce a model's outputs, and every tensor between, by hand.
+
+No TensorFlow and no LiteRT in its code path. ``run(model, inputs)`` returns every tensor by name and a trace
+per op (GEMM shape, im2col geometry, multipliers and shifts, the accumulator range reached, saturation).
+Work in progress (issue 34): the ops of :data:`SUPPORTED`; any other op is refused by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..converters.tflite_reader import TFLiteModel, read_tflite
+from ..errors import EdgeconvError
+from .ops import OPS, Unsupported
+
+SUPPORTED = tuple(sorted(OPS))
+
+
+class ReferenceError(EdgeconvError):
+    """The reference cannot compute this model: an op it does not have, a float op, a missing input."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One op as the reference computed it."""
+
+    index: int
+    op: str
+    outputs: tuple[str, ...]
+    trace: Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Computed:
+    tensors: dict[str, np.ndarray]  # every tensor of the main subgraph by name: inputs, constants, each op's outputs
+    steps: tuple[Step, ...]
+
+    def outputs(self, model: TFLiteModel) -> dict[str, np.ndarray]:
+        return {model.main.tensors[i].name: self.tensors[model.main.tensors[i].name] for i in model.main.outputs}
+
+
+def run(model: TFLiteModel | str | Path, inputs: Mapping[str, np.ndarray]) -> Computed:
+    """Run the main subgraph on ``inputs`` (by input tensor name or signature key, each with the model's
+    shape and dtype) and return every tensor and the trace."""
+    if not isinstance(model, TFLiteModel):
+        model = read_tflite(model)
+    graph = model.main
+    keys = {**({k: i for sig in model.signatures[:1] for k, i in sig.inputs.items()}),
+            **{graph.tensors[i].name: i for i in graph.inputs}}
+    values: dict[int, np.ndarray] = {}
+    for name, array in inputs.items():
+        if name not in keys:
+            names = ", ".join(graph.tensors[i].name for i in graph.inputs)
+            raise ReferenceError(f"no model input {name!r} (inputs: {names})")
+        spec = graph.tensors[keys[name]]
+        array = np.asarray(array)
+        if tuple(array.shape) != tuple(spec.shape) or array.dtype != np.dtype(spec.dtype.value):
+            raise ReferenceError(f"input {name!r} is {array.dtype} {list(array.shape)}, the model takes "
+                                 f"{spec.dtype.value} {list(spec.shape)}")
+        values[keys[name]] = array
+    missing = [graph.tensors[i].name for i in graph.inputs if i not in values]
+    if missing:
+        raise ReferenceError(f"inputs not given: {', '.join(missing)}")
+    steps = []
+    for op in graph.ops:
+        fn = OPS.get(op.type)
+        if fn is None:
+            raise ReferenceError(f"op #{op.index} {op.label} is not computed by the reference (it computes "
+                                 f"{', '.join(SUPPORTED)})")
+        args: list[np.ndarray | None] = []
+        for t in op.inputs:
+            if t is None:
+                args.append(None)
+            elif t.index in values:
+                args.append(values[t.index])
+            else:
+                const = model.constant(t)
+                if const is None:
+                    raise ReferenceError(f"op #{op.index} {op.type}: input '{t.name}' has no value")
+                args.append(const)
+        if any(t is not None and t.is_float for t in (*op.inputs, *op.outputs)) and op.type not in (
+                "QUANTIZE", "DEQUANTIZE"):
+            raise ReferenceError(f"op #{op.index} {op.type} computes in float: the reference runs full-integer "
+                                 "models (quantize it with edgeconv, quantization.mode: int8)")
+        try:
+            outs, trace = fn(op, model, args)
+        except Unsupported as exc:
+            raise ReferenceError(f"op #{op.index} {op.type}: {exc}") from None
+        for t, v in zip(op.outputs, outs, strict=True):
+            values[t.index] = v
+        steps.append(Step(op.index, op.type, tuple(t.name for t in op.outputs), trace))
+    tensors = {graph.tensors[i].name: v for i, v in values.items()}
+    return Computed(tensors, tuple(steps))
+
+
+__all__ = ["SUPPORTED", "Computed", "ReferenceError", "Step", "run"]

@@ -1,0 +1,375 @@
+"""One function per op: what TFLite's reference kernels compute for int8 (and int16) tensors, written to be
+followed line by line. Names follow the kernels' parameters (``input_offset`` is minus the input's zero
+point, ``output_multiplier``/``output_shift`` the fixed-point form of a real scale). Convolutions and
+fully-connected layers are an explicit im2col patch matrix and one GEMM.
+
+Each function takes the op (its options and quantization), the model (constant operands) and its input
+arrays, and returns its output arrays and what the trace records (GEMM shape, im2col geometry,
+multipliers, the accumulator range reached, saturation)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..converters.tflite_reader import OpInfo, TensorInfo, TFLiteModel
+from .fixedpoint import activation_range, multiply_by_quantized_multiplier, quantize_multiplier, round_half_away
+
+Arrays = list[np.ndarray | None]
+Result = tuple[list[np.ndarray], dict[str, Any]]
+LIMITS = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "int32": (-(2**31), 2**31 - 1)}
+
+
+class Unsupported(Exception):
+    """The op, or this use of it, is not one the reference computes."""
+
+
+def scale_of(t: TensorInfo) -> float:
+    if t.quantization is None or not t.quantization.scale:
+        raise Unsupported(f"tensor '{t.name}' is not quantized")
+    return t.quantization.scale[0]
+
+
+def zero_point_of(t: TensorInfo) -> int:
+    q = t.quantization
+    return int(q.zero_point[0]) if q is not None and q.zero_point else 0
+
+
+def _clamp(values: np.ndarray, low: int, high: int, dtype: str) -> tuple[np.ndarray, int]:
+    """The values clamped to [low, high] as ``dtype``, and how many were clamped (saturation)."""
+    clipped = int(np.count_nonzero((values < low) | (values > high)))
+    return np.clip(values, low, high).astype(dtype), clipped
+
+
+def _output_range(op: OpInfo) -> tuple[int, int]:
+    out = op.outputs[0]
+    qmin, qmax = LIMITS[out.dtype.value]
+    return activation_range(op.options.get("fused_activation_function", "NONE"), scale_of(out), zero_point_of(out),
+                            qmin, qmax)
+
+
+# -- convolution geometry and im2col ---------------------------------------------------------------
+
+def out_size_and_padding(padding: str, size: int, kernel: int, stride: int, dilation: int) -> tuple[int, int]:
+    """``ComputeOutSize`` and ``ComputePaddingWithOffset``: the output size and the padding before the first
+    element (SAME pads ``total // 2`` before, the rest after; VALID pads nothing)."""
+    effective = (kernel - 1) * dilation + 1
+    out = (size + stride - 1) // stride if padding == "SAME" else (size + stride - effective) // stride
+    total = max((out - 1) * stride + effective - size, 0)
+    return out, total // 2
+
+
+def im2col(x: np.ndarray, kh: int, kw: int, stride: tuple[int, int], dilation: tuple[int, int],
+           pad: tuple[int, int], out: tuple[int, int]) -> np.ndarray:
+    """The patch matrix of an NHWC input (already offset by ``input_offset``, so padding is 0): one row per
+    output position, columns in the filter's (kh, kw, channel) order: shape [N, OH, OW, KH, KW, C]."""
+    n, h, w, c = x.shape
+    (sh, sw), (dh, dw), (ph, pw), (oh, ow) = stride, dilation, pad, out
+    need_h, need_w = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
+    padded = np.zeros((n, max(h + ph, need_h), max(w + pw, need_w), c), dtype=x.dtype)
+    padded[:, ph:ph + h, pw:pw + w] = x
+    patches = np.empty((n, oh, ow, kh, kw, c), dtype=x.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            rows = slice(i * dh, i * dh + (oh - 1) * sh + 1, sh)
+            cols = slice(j * dw, j * dw + (ow - 1) * sw + 1, sw)
+            patches[:, :, :, i, j] = padded[:, rows, cols]
+    return patches
+
+
+def gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """An exact int32 GEMM through BLAS's dgemm: the int8 x int8 products (at most 255 x 128 in magnitude)
+    summed in float64 are exact integers while K x 32,640 < 2^53, true of any layer."""
+    if a.shape[-1] * 255 * 128 >= 2**53:
+        exact: np.ndarray = np.matmul(a.astype(np.int64), b.astype(np.int64))
+        return exact
+    product: np.ndarray = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    return product.astype(np.int64)
+
+
+def _per_channel(op: OpInfo, weights: TensorInfo, channels: int) -> tuple[np.ndarray, np.ndarray]:
+    """``PopulateConvolutionQuantizationParams``: per output channel, ``input_scale * filter_scale /
+    output_scale`` (in double) as a multiplier and a shift."""
+    input_scale, output_scale = scale_of(op.inputs[0]), scale_of(op.outputs[0])  # type: ignore[arg-type]
+    q = weights.quantization
+    scales = q.scale if q is not None and len(q.scale) == channels else (scale_of(weights),) * channels
+    pairs = [quantize_multiplier(input_scale * s / output_scale) for s in scales]
+    return np.array([m for m, _ in pairs], np.int64), np.array([s for _, s in pairs], np.int64)
+
+
+def _requantize(acc: np.ndarray, op: OpInfo, multiplier: np.ndarray, shift: np.ndarray,
+                trace: dict[str, Any]) -> np.ndarray:
+    """int32 accumulator -> output: ``output_offset + MultiplyByQuantizedMultiplier(acc, M, s)``, clamped to
+    the fused activation's range."""
+    out = op.outputs[0]
+    scaled = multiply_by_quantized_multiplier(acc, multiplier, shift) + zero_point_of(out)
+    low, high = _output_range(op)
+    result, clipped = _clamp(scaled, low, high, out.dtype.value)
+    trace.update(accumulator=[int(acc.min()), int(acc.max())] if acc.size else [0, 0],
+                 accumulator_saturated=bool(acc.size and (acc.min() < -(2**31) or acc.max() > 2**31 - 1)),
+                 output_saturated=clipped, output_multiplier=multiplier.tolist(), output_shift=shift.tolist(),
+                 activation_range=[low, high])
+    return result
+
+
+# -- the ops ----------------------------------------------------------------------------------------
+
+def conv_2d(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """``out[n, y, x, co] = clamp(output_offset + MBQM(sum_{ky, kx, ci} (in[n, y*sh + ky*dh - pad_h,
+    x*sw + kx*dw - pad_w, ci] + input_offset) * (filter[co, ky, kx, ci] + filter_offset) + bias[co], M[co],
+    s[co]))``: the
+    patch matrix [N*OH*OW, KH*KW*CI] times the filter matrix [KH*KW*CI, CO]."""
+    x, w, b = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None
+    assert x is not None and w is not None
+    co, kh, kw, ci = w.shape
+    o = op.options
+    stride, dilation = (o["stride_h"], o["stride_w"]), (o.get("dilation_h_factor", 1), o.get("dilation_w_factor", 1))
+    oh, pad_h = out_size_and_padding(o["padding"], x.shape[1], kh, stride[0], dilation[0])
+    ow, pad_w = out_size_and_padding(o["padding"], x.shape[2], kw, stride[1], dilation[1])
+    offset = x.astype(np.int64) - zero_point_of(op.inputs[0])  # type: ignore[arg-type]
+    patches = im2col(offset, kh, kw, stride, dilation, (pad_h, pad_w), (oh, ow))
+    rows = patches.reshape(-1, kh * kw * ci)
+    filter_offset = -zero_point_of(op.inputs[1])  # type: ignore[arg-type]  # 0 for int8 weights; uint8 has one
+    acc = gemm(rows, w.reshape(co, -1).T.astype(np.int64) + filter_offset)
+    if b is not None:
+        acc = acc + b.astype(np.int64)
+    multiplier, shift = _per_channel(op, op.inputs[1], co)  # type: ignore[arg-type]
+    trace: dict[str, Any] = {"gemm": [rows.shape[0], co, rows.shape[1]], "kernel": [kh, kw], "stride": list(stride),
+                             "dilation": list(dilation), "padding": [pad_h, pad_w]}
+    out = _requantize(acc, op, multiplier, shift, trace)
+    return [out.reshape(x.shape[0], oh, ow, co)], trace
+
+
+def depthwise_conv_2d(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """Grouped GEMM: output channel ``co = ci * depth_multiplier + m`` sums only its input channel ``ci``:
+    ``acc[p, co] = sum_{ky, kx} patch[p, ky, kx, co // M] * filter[0, ky, kx, co] + bias[co]``, then per-channel
+    requantization as CONV_2D."""
+    x, w, b = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None
+    assert x is not None and w is not None
+    _, kh, kw, co = w.shape
+    ci = x.shape[3]
+    mult = co // ci
+    o = op.options
+    stride, dilation = (o["stride_h"], o["stride_w"]), (o.get("dilation_h_factor", 1), o.get("dilation_w_factor", 1))
+    oh, pad_h = out_size_and_padding(o["padding"], x.shape[1], kh, stride[0], dilation[0])
+    ow, pad_w = out_size_and_padding(o["padding"], x.shape[2], kw, stride[1], dilation[1])
+    offset = x.astype(np.int64) - zero_point_of(op.inputs[0])  # type: ignore[arg-type]
+    patches = im2col(offset, kh, kw, stride, dilation, (pad_h, pad_w), (oh, ow)).reshape(-1, kh * kw, ci)
+    grouped = np.repeat(patches, mult, axis=2)  # [P, KH*KW, CO]: each output channel's input channel
+    filters = w.reshape(kh * kw, co).astype(np.int64) - zero_point_of(op.inputs[1])  # type: ignore[arg-type]
+    acc = np.einsum("pkc,kc->pc", grouped.astype(np.float64), filters.astype(np.float64)).astype(np.int64)
+    if b is not None:
+        acc = acc + b.astype(np.int64)
+    multiplier, shift = _per_channel(op, op.inputs[1], co)  # type: ignore[arg-type]
+    trace: dict[str, Any] = {"gemm": [patches.shape[0], co, kh * kw], "groups": co, "kernel": [kh, kw],
+                             "stride": list(stride), "dilation": list(dilation), "padding": [pad_h, pad_w],
+                             "depth_multiplier": mult}
+    out = _requantize(acc, op, multiplier, shift, trace)
+    return [out.reshape(x.shape[0], oh, ow, co)], trace
+
+
+def fully_connected(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """``out[b, co] = clamp(output_offset + MBQM(sum_k (in[b, k] + input_offset) * (filter[co, k] +
+    filter_offset) + bias[co], M, s))``: one GEMM [B, K] x [K, CO]."""
+    x, w, b = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None
+    assert x is not None and w is not None
+    co, k = w.shape
+    rows = x.reshape(-1, k).astype(np.int64) - zero_point_of(op.inputs[0])  # type: ignore[arg-type]
+    acc = gemm(rows, (w.astype(np.int64) - zero_point_of(op.inputs[1])).T)  # type: ignore[arg-type]
+    if b is not None:
+        acc = acc + b.astype(np.int64)
+    multiplier, shift = _per_channel(op, op.inputs[1], co)  # type: ignore[arg-type]
+    trace: dict[str, Any] = {"gemm": [rows.shape[0], co, k]}
+    out = _requantize(acc, op, multiplier, shift, trace)
+    shape = (*x.shape[:-1], co) if op.options.get("keep_num_dims") else (rows.shape[0], co)
+    return [out.reshape(shape)], trace
+
+
+def _add_sub(op: OpInfo, inputs: Arrays, sign: int) -> Result:
+    """ADD (``sign`` 1) and SUB (-1), ``reference_integer_ops::Add``: both inputs rescaled to twice the larger
+    input scale with 20 bits of headroom (``left_shift``), summed, then rescaled to the output."""
+    a, b = inputs
+    assert a is not None and b is not None
+    in1, in2, out = op.inputs[0], op.inputs[1], op.outputs[0]
+    assert in1 is not None and in2 is not None
+    left_shift = 15 if out.dtype.value == "int16" else 20
+    twice_max = 2.0 * float(max(np.float32(scale_of(in1)), np.float32(scale_of(in2))))
+    m1, s1 = quantize_multiplier(scale_of(in1) / twice_max)
+    m2, s2 = quantize_multiplier(scale_of(in2) / twice_max)
+    mo, so = quantize_multiplier(twice_max / ((1 << left_shift) * scale_of(out)))
+    x1 = (a.astype(np.int64) - zero_point_of(in1)) * (1 << left_shift)
+    x2 = (b.astype(np.int64) - zero_point_of(in2)) * (1 << left_shift)
+    raw = (multiply_by_quantized_multiplier(x1, m1, s1) + sign * multiply_by_quantized_multiplier(x2, m2, s2))
+    scaled = multiply_by_quantized_multiplier(raw, mo, so) + zero_point_of(out)
+    low, high = _output_range(op)
+    result, clipped = _clamp(scaled, low, high, out.dtype.value)
+    return [result], {"left_shift": left_shift, "input1_multiplier": [m1, s1], "input2_multiplier": [m2, s2],
+                      "output_multiplier": [mo, so], "output_saturated": clipped, "activation_range": [low, high]}
+
+
+def add(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """``out = clamp(output_offset + MBQM(MBQM((in1 + in1_offset) << 20, M1, s1) + MBQM((in2 + in2_offset) << 20,
+    M2, s2), Mo, so))``, broadcasting as NumPy does."""
+    return _add_sub(op, inputs, 1)
+
+
+def sub(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """As ADD with the second input's rescaled value subtracted."""
+    return _add_sub(op, inputs, -1)
+
+
+def mul(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """``out = clamp(output_offset + MBQM((in1 + in1_offset) * (in2 + in2_offset), M, s))`` with ``M, s`` for
+    ``in1_scale * in2_scale / out_scale``."""
+    a, b = inputs
+    assert a is not None and b is not None
+    in1, in2, out = op.inputs[0], op.inputs[1], op.outputs[0]
+    assert in1 is not None and in2 is not None
+    m, s = quantize_multiplier(scale_of(in1) * scale_of(in2) / scale_of(out))
+    product = (a.astype(np.int64) - zero_point_of(in1)) * (b.astype(np.int64) - zero_point_of(in2))
+    scaled = multiply_by_quantized_multiplier(product, m, s) + zero_point_of(out)
+    low, high = _output_range(op)
+    result, clipped = _clamp(scaled, low, high, out.dtype.value)
+    return [result], {"output_multiplier": [m, s], "output_saturated": clipped, "activation_range": [low, high]}
+
+
+def _pool(op: OpInfo, x: np.ndarray, reduce: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Result:
+    o = op.options
+    kh, kw, sh, sw = o["filter_height"], o["filter_width"], o["stride_h"], o["stride_w"]
+    oh, pad_h = out_size_and_padding(o["padding"], x.shape[1], kh, sh, 1)
+    ow, pad_w = out_size_and_padding(o["padding"], x.shape[2], kw, sw, 1)
+    values = im2col(x.astype(np.int64), kh, kw, (sh, sw), (1, 1), (pad_h, pad_w), (oh, ow))
+    inside = im2col(np.ones((1, *x.shape[1:3], 1), np.int64), kh, kw, (sh, sw), (1, 1), (pad_h, pad_w), (oh, ow))
+    result = reduce(values, np.broadcast_to(inside, values.shape).astype(bool))
+    low, high = _output_range(op)
+    out, clipped = _clamp(result, low, high, op.outputs[0].dtype.value)
+    return [out], {"kernel": [kh, kw], "stride": [sh, sw], "padding": [pad_h, pad_w], "output_saturated": clipped}
+
+
+def average_pool_2d(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """The sum of the window's elements inside the image over their count, rounded half away from zero in C
+    integer division: ``(sum + count / 2) / count`` (``(sum - count / 2) / count`` when negative)."""
+    x = inputs[0]
+    assert x is not None
+
+    def average(values: np.ndarray, inside: np.ndarray) -> np.ndarray:
+        total = np.where(inside, values, 0).sum(axis=(3, 4))
+        count = inside.sum(axis=(3, 4))
+        half = count // 2
+        up = (total + half) // count
+        down = -((-(total - half)) // count)  # C division rounds towards zero
+        rounded: np.ndarray = np.where(total > 0, up, down)
+        return rounded
+
+    return _pool(op, x, average)
+
+
+def max_pool_2d(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """The largest element of the window inside the image."""
+    x = inputs[0]
+    assert x is not None
+    return _pool(op, x, lambda values, inside: np.where(inside, values, np.iinfo(np.int64).min).max(axis=(3, 4)))
+
+
+def reshape(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """The same values in the output's shape (RESHAPE, SQUEEZE, EXPAND_DIMS)."""
+    x = inputs[0]
+    assert x is not None
+    return [x.reshape(op.outputs[0].shape)], {}
+
+
+def concatenation(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """The inputs joined along ``axis``; an input quantized differently from the output is rescaled first in
+    float32, as ``ConcatenationWithScaling`` does: ``round(in * s + (-zp_in * s)) + zp_out`` with
+    ``s = in_scale * (1 / out_scale)``."""
+    out = op.outputs[0]
+    parts = []
+    for t, x in zip(op.inputs, inputs, strict=True):
+        assert t is not None and x is not None
+        if scale_of(t) == scale_of(out) and zero_point_of(t) == zero_point_of(out):
+            parts.append(x.astype(np.int64))
+            continue
+        s = np.float32(scale_of(t)) * (np.float32(1.0) / np.float32(scale_of(out)))
+        shift = np.float32(-zero_point_of(t)) * s
+        real = x.astype(np.float32) * s + shift
+        parts.append(np.vectorize(lambda v: round_half_away(float(v)), otypes=[np.int64])(real) + zero_point_of(out))
+    axis = op.options.get("axis", 0)
+    low, high = LIMITS[out.dtype.value]
+    result, clipped = _clamp(np.concatenate(parts, axis=axis), low, high, out.dtype.value)
+    return [result], {"axis": axis, "output_saturated": clipped}
+
+
+def pad(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """The input surrounded by the output's zero point (PAD) or the given constant (PADV2)."""
+    x, paddings = inputs[0], inputs[1]
+    assert x is not None and paddings is not None
+    fill = int(inputs[2].reshape(-1)[0]) if len(inputs) > 2 and inputs[2] is not None else zero_point_of(op.outputs[0])
+    return [np.pad(x, [(int(a), int(b)) for a, b in paddings.reshape(-1, 2)], constant_values=fill)], {"value": fill}
+
+
+def quantize(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """float32 -> int: ``clamp(round(in / scale) + zero_point)`` in float32 (``AffineQuantize``); int -> int:
+    ``clamp(output_offset + MBQM(in + input_offset, M, s))`` for ``in_scale / out_scale`` (``Requantize``)."""
+    x, src, out = inputs[0], op.inputs[0], op.outputs[0]
+    assert x is not None and src is not None
+    low, high = LIMITS[out.dtype.value]
+    if x.dtype == np.float32:
+        scaled = x / np.float32(scale_of(out))
+        rounded = np.where(scaled >= 0, np.floor(scaled + np.float32(0.5)), -np.floor(-scaled + np.float32(0.5)))
+        result, clipped = _clamp(rounded.astype(np.int64) + zero_point_of(out), low, high, out.dtype.value)
+        return [result], {"scale": scale_of(out), "zero_point": zero_point_of(out), "output_saturated": clipped}
+    m, s = quantize_multiplier(scale_of(src) / scale_of(out))
+    scaled = multiply_by_quantized_multiplier(x.astype(np.int64) - zero_point_of(src), m, s) + zero_point_of(out)
+    result, clipped = _clamp(scaled, low, high, out.dtype.value)
+    return [result], {"output_multiplier": [m, s], "output_saturated": clipped}
+
+
+def dequantize(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """``float(scale * (in - zero_point))``, the product in double as the reference kernel computes it."""
+    x, src = inputs[0], op.inputs[0]
+    assert x is not None and src is not None
+    if x.dtype == np.float16:
+        return [x.astype(np.float32)], {}
+    return [(scale_of(src) * (x.astype(np.float64) - zero_point_of(src))).astype(np.float32)], {}
+
+
+def relu(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """RELU, RELU6, RELU_N1_TO_1 as ops: ``clamp(output_offset + MBQM(in + input_offset, M, s))`` for
+    ``in_scale / out_scale``, clamped to the activation's quantized bounds."""
+    x, src, out = inputs[0], op.inputs[0], op.outputs[0]
+    assert x is not None and src is not None
+    m, s = quantize_multiplier(scale_of(src) / scale_of(out))
+    scaled = multiply_by_quantized_multiplier(x.astype(np.int64) - zero_point_of(src), m, s) + zero_point_of(out)
+    qmin, qmax = LIMITS[out.dtype.value]
+    low, high = activation_range(op.type, scale_of(out), zero_point_of(out), qmin, qmax)
+    result, clipped = _clamp(scaled, low, high, out.dtype.value)
+    return [result], {"output_multiplier": [m, s], "activation_range": [low, high], "output_saturated": clipped}
+
+
+OPS: dict[str, Callable[[OpInfo, TFLiteModel, Arrays], Result]] = {
+    "CONV_2D": conv_2d,
+    "DEPTHWISE_CONV_2D": depthwise_conv_2d,
+    "FULLY_CONNECTED": fully_connected,
+    "ADD": add,
+    "SUB": sub,
+    "MUL": mul,
+    "AVERAGE_POOL_2D": average_pool_2d,
+    "MAX_POOL_2D": max_pool_2d,
+    "RESHAPE": reshape,
+    "SQUEEZE": reshape,
+    "EXPAND_DIMS": reshape,
+    "CONCATENATION": concatenation,
+    "PAD": pad,
+    "PADV2": pad,
+    "QUANTIZE": quantize,
+    "DEQUANTIZE": dequantize,
+    "RELU": relu,
+    "RELU6": relu,
+    "RELU_N1_TO_1": relu,
+}
+
+
+def supported() -> Sequence[str]:
+    return sorted(OPS)

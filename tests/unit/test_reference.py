@@ -1,0 +1,165 @@
+"""The NumPy reference (edgeconv.reference) is bit-exact against LiteRT's reference kernels
+(OpResolverType.BUILTIN_REF, every tensor kept): every op model it computes, the probes, and third-party
+full-integer models, on seeded random inputs. No TensorFlow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeconv import reference
+from edgeconv.converters.tflite_reader import TFLiteModel, read_tflite
+from edgeconv.reference.fixedpoint import (
+    multiply_by_quantized_multiplier,
+    quantize_multiplier,
+    rounding_divide_by_pot,
+    saturating_rounding_doubling_high_mul,
+)
+
+from ..conftest import REPO
+
+DATA = REPO / "tests" / "data"
+
+
+def _computable(path: Path) -> bool:
+    """Only ops the reference computes, integer tensors, and a model LiteRT's reference kernels prepare (an
+    int8 CONCATENATION whose inputs are quantized differently is refused there)."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    try:
+        model = read_tflite(path)
+        Interpreter(model_path=str(path), experimental_op_resolver_type=OpResolverType.BUILTIN_REF).allocate_tensors()
+    except Exception:
+        return False
+    return all(op.type in reference.SUPPORTED for op in model.ops) and not any(
+        t is not None and t.is_float and op.type not in ("QUANTIZE", "DEQUANTIZE")
+        for op in model.ops for t in (*op.inputs, *op.outputs)) and not any(
+        t is not None and t.quantization is None and t.dtype.value == "int32" and not t.constant
+        for op in model.ops for t in op.inputs)
+
+
+MODELS = sorted(p for d in ("ops", "probes", "oracles", "thirdparty") for p in (DATA / d).rglob("*.tflite")
+                if not p.name.endswith("_edgetpu.tflite") and _computable(p)) + sorted(
+    p for p in DATA.glob("*.tflite") if _computable(p))
+
+
+def _litert(path: Path, model: TFLiteModel, seed: int) -> tuple[dict[str, np.ndarray], dict[int, np.ndarray]]:
+    """Seeded inputs (uniform over the dtype, or [-1, 1] for a float input) and every tensor LiteRT's reference
+    kernels compute from them."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    it = Interpreter(model_path=str(path), experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
+                     experimental_preserve_all_tensors=True)
+    it.allocate_tensors()
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for d in it.get_input_details():
+        if d["dtype"] == np.float32:
+            x = rng.uniform(-1, 1, d["shape"]).astype(np.float32)
+        else:
+            info = np.iinfo(d["dtype"])
+            x = rng.integers(info.min, info.max + 1, d["shape"]).astype(d["dtype"])
+        it.set_tensor(d["index"], x)
+        feeds[model.main.tensors[d["index"]].name] = x
+    it.invoke()
+    return feeds, {t.index: it.get_tensor(t.index) for op in model.ops for t in op.outputs}
+
+
+def test_there_are_models_to_check() -> None:
+    assert len(MODELS) >= 35
+    # Not in a model here: the reshape aliases, RELU_N1_TO_1 and DEQUANTIZE (by hand below).
+    assert {op.type for p in MODELS for op in read_tflite(p).ops} == set(reference.SUPPORTED) - {
+        "EXPAND_DIMS", "SQUEEZE", "RELU_N1_TO_1", "DEQUANTIZE"}
+
+
+def test_dequantize_by_hand() -> None:
+    from edgeconv.reference.ops import dequantize
+
+    from ..synthetic import Builder
+
+    b = Builder()
+    op, model = b.op("DEQUANTIZE", [b.tensor("int8", (1, 3), scale=0.1, zero_point=-3)],
+                     [b.tensor("float32", (1, 3), scale=None)])
+    (out,), _ = dequantize(op, model, [np.array([[-128, -3, 127]], np.int8)])
+    assert out.dtype == np.float32
+    assert out.tolist() == [[np.float32(0.1 * -125), 0.0, np.float32(0.1 * 130)]]
+
+
+@pytest.mark.parametrize("path", MODELS, ids=lambda p: p.name)
+def test_every_tensor_is_bit_exact_with_litert_reference_kernels(path: Path) -> None:
+    model = read_tflite(path)
+    for seed in (0, 1):
+        feeds, want = _litert(path, model, seed)
+        got = reference.run(model, feeds)
+        for op in model.ops:
+            for t in op.outputs:
+                have = got.tensors[t.name]
+                assert have.dtype == want[t.index].dtype and have.shape == want[t.index].shape, (op.index, op.type)
+                differ = int(np.count_nonzero(have != want[t.index]))
+                assert differ == 0, f"#{op.index} {op.type} '{t.name}': {differ} of {have.size} values differ"
+
+
+def test_the_trace_says_the_gemm_and_the_requantization() -> None:
+    model = read_tflite(DATA / "ops" / "conv2d.int8.tflite")
+    x = np.random.default_rng(0).integers(-128, 128, (1, 6, 5, 4)).astype(np.int8)
+    (step,) = reference.run(model, {"in0": x}).steps
+    assert step.op == "CONV_2D"
+    assert step.trace["gemm"] == [30, 7, 36]  # M = 6x5 output positions, N = 7 filters, K = 3x3x4
+    assert step.trace["kernel"] == [3, 3] and step.trace["stride"] == [1, 1] and step.trace["padding"] == [1, 1]
+    assert len(step.trace["output_multiplier"]) == 7  # per channel
+    assert step.trace["accumulator"][0] <= step.trace["accumulator"][1]
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("dense.float32.tflite", "computes in float"),
+    ("softmax-dense.int8.tflite", "is not computed by the reference"),
+])
+def test_what_it_cannot_compute_is_refused_by_name(name: str, message: str) -> None:
+    model = read_tflite(DATA / name)
+    feeds = {model.main.tensors[i].name: np.zeros(model.main.tensors[i].shape, model.main.tensors[i].dtype.value)
+             for i in model.main.inputs}
+    with pytest.raises(reference.ReferenceError, match=message):
+        reference.run(model, feeds)
+
+
+def test_inputs_are_checked() -> None:
+    model = read_tflite(DATA / "ops" / "conv2d.int8.tflite")
+    with pytest.raises(reference.ReferenceError, match=r"^no model input 'image' \(inputs: in0\)$"):
+        reference.run(model, {"image": np.zeros((1, 6, 5, 4), np.int8)})
+    with pytest.raises(reference.ReferenceError, match=r"^input 'in0' is float32 \[1, 6, 5, 4\], the model takes "
+                                                         r"int8 \[1, 6, 5, 4\]$"):
+        reference.run(model, {"in0": np.zeros((1, 6, 5, 4), np.float32)})
+    with pytest.raises(reference.ReferenceError, match=r"^inputs not given: in0$"):
+        reference.run(model, {})
+
+
+# -- the fixed-point arithmetic, by hand -----------------------------------------------------------------
+
+@pytest.mark.parametrize(("real", "expected"), [
+    (0.0, (0, 0)),
+    (0.5, (1 << 30, 0)),
+    (1.0, (1 << 30, 1)),
+    (0.75, (3 << 29, 0)),
+    (2.0**-40, (0, 0)),  # below 2^-31 of a Q0.31: zero
+    (0.0029, (1594291860, -8)),  # 0.0029 * 2^8 = 0.7424; 0.7424 * 2^31 = 1594291860.3
+])
+def test_quantize_multiplier(real: float, expected: tuple[int, int]) -> None:
+    m, s = quantize_multiplier(real)
+    assert (m, s) == expected
+    if m:
+        assert abs(m * 2.0 ** (s - 31) - real) <= 2.0 ** (s - 32)
+
+
+def test_rounding_is_the_kernels() -> None:
+    # Doubling high multiply: round to nearest, a negative product nudged the other way, C division.
+    assert saturating_rounding_doubling_high_mul(np.array([1 << 30, -(1 << 30), 3]), 1 << 30).tolist() == [
+        1 << 29, -(1 << 29), 2]
+    assert saturating_rounding_doubling_high_mul(np.array([-(2**31)]), -(2**31)).tolist() == [2**31 - 1]
+    # Divide by a power of two: halves away from zero.
+    assert rounding_divide_by_pot(np.array([5, -5, 6, -6, 7, -7]), 1).tolist() == [3, -3, 3, -3, 4, -4]
+    assert rounding_divide_by_pot(np.array([5, -5, 6, -6]), np.array([2, 2, 2, 2])).tolist() == [1, -1, 2, -2]
+    # x * 0.5: 1.5 -> 2 but -1.5 -> -1 (the doubling high multiply's nudge), as the kernels do.
+    m, s = quantize_multiplier(0.5)
+    assert multiply_by_quantized_multiplier(np.array([3, -3, 4]), m, s).tolist() == [2, -1, 2]
