@@ -348,6 +348,146 @@ def relu(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     return [result], {"output_multiplier": [m, s], "activation_range": [low, high], "output_saturated": clipped}
 
 
+# -- data movement: the values move, their quantization stays (the kernels require it) -------------------
+
+def _given(inputs: Arrays, k: int) -> np.ndarray:
+    x = inputs[k]
+    if x is None:
+        raise Unsupported(f"input {k} is missing")
+    return x
+
+
+def transpose(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """``out = in.transpose(perm)``."""
+    perm = [int(p) for p in _given(inputs, 1).reshape(-1)]
+    return [np.transpose(_given(inputs, 0), perm)], {"perm": perm}
+
+
+def strided_slice(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """``in[begin:end:stride]`` per axis; a bit set in ``begin_mask``/``end_mask`` takes the whole axis from its
+    start/to its end, one in ``shrink_axis_mask`` keeps only ``begin`` and drops the axis."""
+    o = op.options
+    if o.get("ellipsis_mask") or o.get("new_axis_mask") or o.get("offset"):
+        raise Unsupported("STRIDED_SLICE with ellipsis_mask, new_axis_mask or offset")
+    x = _given(inputs, 0)
+    begin, end, strides = (_given(inputs, k).reshape(-1).tolist() for k in (1, 2, 3))
+    index: list[Any] = []
+    for axis in range(x.ndim):
+        if axis >= len(begin):
+            index.append(slice(None))
+            continue
+        if o.get("shrink_axis_mask", 0) >> axis & 1:
+            index.append(int(begin[axis]))
+            continue
+        start = None if o.get("begin_mask", 0) >> axis & 1 else int(begin[axis])
+        stop = None if o.get("end_mask", 0) >> axis & 1 else int(end[axis])
+        index.append(slice(start, stop, int(strides[axis])))
+    return [x[tuple(index)].reshape(op.outputs[0].shape)], {"begin": begin, "end": end, "strides": strides}
+
+
+def slice_(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """``in[begin : begin + size]`` per axis (a size of -1: to the end)."""
+    x = _given(inputs, 0)
+    begin, size = _given(inputs, 1).reshape(-1).tolist(), _given(inputs, 2).reshape(-1).tolist()
+    index = tuple(slice(int(b), None if int(n) < 0 else int(b) + int(n)) for b, n in zip(begin, size, strict=True))
+    return [x[index]], {"begin": begin, "size": size}
+
+
+def split(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """SPLIT (axis first) and SPLIT_V (sizes, then axis): the input cut along ``axis`` into the outputs."""
+    if op.type == "SPLIT":
+        axis, x = int(_given(inputs, 0).reshape(-1)[0]), _given(inputs, 1)
+    else:
+        x, axis = _given(inputs, 0), int(_given(inputs, 2).reshape(-1)[0])
+    sizes = [t.shape[axis] for t in op.outputs]
+    cuts = np.cumsum(sizes)[:-1].tolist()
+    return list(np.split(x, cuts, axis=axis)), {"axis": axis, "sizes": sizes}
+
+
+def pack(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """The inputs stacked along a new ``axis``."""
+    arrays = [x for x in inputs if x is not None]
+    return [np.stack(arrays, axis=op.options.get("axis", 0))], {"axis": op.options.get("axis", 0)}
+
+
+def unpack(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """The input cut into its slices along ``axis`` (that axis dropped)."""
+    axis = op.options.get("axis", 0)
+    x = _given(inputs, 0)
+    return [np.take(x, k, axis=axis) for k in range(x.shape[axis])], {"axis": axis}
+
+
+def tile(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """The input repeated ``multiples[d]`` times along each axis."""
+    multiples = [int(m) for m in _given(inputs, 1).reshape(-1)]
+    return [np.tile(_given(inputs, 0), multiples)], {"multiples": multiples}
+
+
+def gather(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """``in.take(indices, axis)`` (``batch_dims`` 0)."""
+    if op.options.get("batch_dims", 0):
+        raise Unsupported("GATHER with batch_dims")
+    axis = op.options.get("axis", 0)
+    return [np.take(_given(inputs, 0), _given(inputs, 1).astype(np.int64), axis=axis)], {"axis": axis}
+
+
+def reverse_v2(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """The input reversed along the given axes."""
+    axes = [int(a) for a in _given(inputs, 1).reshape(-1)]
+    return [np.flip(_given(inputs, 0), axis=tuple(axes))], {"axes": axes}
+
+
+def space_to_depth(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """Each ``block x block`` patch of the image becomes ``block * block`` channels (row, column, channel)."""
+    x, b = _given(inputs, 0), op.options["block_size"]
+    n, h, w, c = x.shape
+    out = x.reshape(n, h // b, b, w // b, b, c).transpose(0, 1, 3, 2, 4, 5).reshape(n, h // b, w // b, b * b * c)
+    return [out], {"block_size": b}
+
+
+def depth_to_space(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """The inverse of SPACE_TO_DEPTH: ``block * block`` channel groups become a ``block x block`` patch."""
+    x, b = _given(inputs, 0), op.options["block_size"]
+    n, h, w, c = x.shape
+    out = x.reshape(n, h, w, b, b, c // (b * b)).transpose(0, 1, 3, 2, 4, 5).reshape(n, h * b, w * b, c // (b * b))
+    return [out], {"block_size": b}
+
+
+def resize_nearest_neighbor(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """``out[y, x] = in[nearest(y), nearest(x)]`` with the kernel's float32 source coordinate:
+    ``min(floor((y + offset) * scale), size - 1)`` (``round`` with align_corners; ``offset`` 0.5 with
+    half_pixel_centers, then at least 0), ``scale = in / out`` (``(in - 1) / (out - 1)`` with align_corners)."""
+    x = _given(inputs, 0)
+    out_h, out_w = (int(v) for v in _given(inputs, 1).reshape(-1))
+    align, half = bool(op.options.get("align_corners")), bool(op.options.get("half_pixel_centers"))
+
+    def nearest(out_size: int, in_size: int) -> np.ndarray:
+        scale = (np.float32(in_size - 1) / np.float32(out_size - 1) if align and out_size > 1
+                 else np.float32(in_size) / np.float32(out_size))
+        where = (np.arange(out_size, dtype=np.float32) + np.float32(0.5 if half else 0.0)) * scale
+        picked = (np.where(where >= 0, np.floor(where + np.float32(0.5)), -np.floor(-where + np.float32(0.5)))
+                  if align else np.floor(where)).astype(np.int64)
+        picked = np.minimum(picked, in_size - 1)
+        at_least_zero: np.ndarray = np.maximum(picked, 0) if half else picked
+        return at_least_zero
+
+    rows, cols = nearest(out_h, x.shape[1]), nearest(out_w, x.shape[2])
+    return [x[:, rows][:, :, cols]], {"rows": rows.tolist(), "cols": cols.tolist()}
+
+
+def arg_max(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """The index of the largest value along the axis (the first on a tie)."""
+    axis = int(_given(inputs, 1).reshape(-1)[0])
+    return [np.argmax(_given(inputs, 0), axis=axis).astype(op.outputs[0].dtype.value)], {"axis": axis}
+
+
+def maximum_minimum(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """Element-wise largest (MAXIMUM) or smallest (MINIMUM), broadcasting; inputs and output share their
+    quantization."""
+    fn = np.maximum if op.type == "MAXIMUM" else np.minimum
+    return [fn(_given(inputs, 0), _given(inputs, 1))], {}
+
+
 OPS: dict[str, Callable[[OpInfo, TFLiteModel, Arrays], Result]] = {
     "CONV_2D": conv_2d,
     "DEPTHWISE_CONV_2D": depthwise_conv_2d,
@@ -368,6 +508,22 @@ OPS: dict[str, Callable[[OpInfo, TFLiteModel, Arrays], Result]] = {
     "RELU": relu,
     "RELU6": relu,
     "RELU_N1_TO_1": relu,
+    "TRANSPOSE": transpose,
+    "STRIDED_SLICE": strided_slice,
+    "SLICE": slice_,
+    "SPLIT": split,
+    "SPLIT_V": split,
+    "PACK": pack,
+    "UNPACK": unpack,
+    "TILE": tile,
+    "GATHER": gather,
+    "REVERSE_V2": reverse_v2,
+    "SPACE_TO_DEPTH": space_to_depth,
+    "DEPTH_TO_SPACE": depth_to_space,
+    "RESIZE_NEAREST_NEIGHBOR": resize_nearest_neighbor,
+    "ARG_MAX": arg_max,
+    "MAXIMUM": maximum_minimum,
+    "MINIMUM": maximum_minimum,
 }
 
 

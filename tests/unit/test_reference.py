@@ -4,6 +4,7 @@ full-integer models, on seeded random inputs. No TensorFlow."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -69,9 +70,28 @@ def _litert(path: Path, model: TFLiteModel, seed: int) -> tuple[dict[str, np.nda
 
 def test_there_are_models_to_check() -> None:
     assert len(MODELS) >= 35
-    # Not in a model here: the reshape aliases, RELU_N1_TO_1 and DEQUANTIZE (by hand below).
+    # Not in a model LiteRT's reference kernels run here: the reshape aliases, RELU_N1_TO_1, DEQUANTIZE, and
+    # TILE v3 and DEPTH_TO_SPACE v2 (ai-edge-litert 2.3.0's reference resolver lacks those versions): by hand below.
     assert {op.type for p in MODELS for op in read_tflite(p).ops} == set(reference.SUPPORTED) - {
-        "EXPAND_DIMS", "SQUEEZE", "RELU_N1_TO_1", "DEQUANTIZE"}
+        "EXPAND_DIMS", "SQUEEZE", "RELU_N1_TO_1", "DEQUANTIZE", "TILE", "DEPTH_TO_SPACE"}
+
+
+def test_tile_and_depth_to_space_by_hand() -> None:
+    """The op models' own shapes: TILE [1, 6, 5, 4] x [1, 2, 1, 1], DEPTH_TO_SPACE block 2 of [1, 6, 5, 4]
+    (the inverse of SPACE_TO_DEPTH, which is checked against LiteRT)."""
+    from edgeconv.reference.ops import OPS
+
+    for name in ("tile", "depth_to_space"):
+        model = read_tflite(DATA / "ops" / f"{name}.int8.tflite")
+        x = np.random.default_rng(0).integers(-128, 128, (1, 6, 5, 4)).astype(np.int8)
+        out = reference.run(model, {model.main.tensors[model.main.inputs[0]].name: x}).outputs(model)
+        (y,) = out.values()
+        if name == "tile":
+            assert np.array_equal(y, np.concatenate([x, x], axis=1))
+        else:
+            back, _ = OPS["SPACE_TO_DEPTH"](dataclasses.replace(model.ops[0], options={"block_size": 2}), model, [y])
+            assert y.shape == (1, 12, 10, 1) and np.array_equal(back[0], x)
+            assert y[0, 0, 1, 0] == x[0, 0, 0, 1] and y[0, 1, 0, 0] == x[0, 0, 0, 2]
 
 
 def test_dequantize_by_hand() -> None:
