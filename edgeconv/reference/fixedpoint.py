@@ -39,7 +39,7 @@ def _trunc_div(x: np.ndarray, divisor: int) -> np.ndarray:
     return np.where(x >= 0, x // divisor, -((-x) // divisor))
 
 
-def saturating_rounding_doubling_high_mul(a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
+def saturating_rounding_doubling_high_mul(a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray:
     """gemmlowp ``SaturatingRoundingDoublingHighMul``: the high 32 bits of ``2 * a * b``, rounded to nearest
     (a nudge of 2^30, or 1 - 2^30 for a negative product, then C division by 2^31); INT32_MIN * INT32_MIN
     saturates to INT32_MAX."""

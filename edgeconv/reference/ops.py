@@ -9,13 +9,21 @@ multipliers, the accumulator range reached, saturation)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..converters.tflite_reader import OpInfo, TensorInfo, TFLiteModel
-from .fixedpoint import activation_range, multiply_by_quantized_multiplier, quantize_multiplier, round_half_away
+from .fixedpoint import (
+    activation_range,
+    multiply_by_quantized_multiplier,
+    quantize_multiplier,
+    round_half_away,
+    rounding_divide_by_pot,
+    saturating_rounding_doubling_high_mul,
+)
 
 Arrays = list[np.ndarray | None]
 Result = tuple[list[np.ndarray], dict[str, Any]]
@@ -348,6 +356,39 @@ def relu(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     return [result], {"output_multiplier": [m, s], "activation_range": [low, high], "output_saturated": clipped}
 
 
+# -- the fixed-point activations (gemmlowp) ------------------------------------------------------------------
+
+def softmax(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """``reference_ops::Softmax`` for 8-bit tensors: per row, ``diff = in - max(in)`` scaled by
+    ``beta * input_scale`` into Q5.26 (``input_multiplier``, ``input_left_shift``), ``exp`` of it in Q0.31 summed
+    in Q12.19, the reciprocal of the sum, and ``out = exp(diff) / sum`` as a multiple of 1/256 (output zero
+    point -128 for int8); a diff below ``diff_min`` gives the smallest output."""
+    from . import gemmlowp as g
+
+    x, src, out = _given(inputs, 0), op.inputs[0], op.outputs[0]
+    assert src is not None
+    if out.dtype.value not in ("int8", "uint8"):
+        raise Unsupported(f"SOFTMAX to {out.dtype.value}")
+    beta, input_scale = float(op.options.get("beta", 1.0)), scale_of(src)
+    real = min(beta * input_scale * (1 << (31 - 5)), (1 << 31) - 1.0)
+    multiplier, left_shift = quantize_multiplier(real)
+    radius = math.floor(1.0 * ((1 << 5) - 1) * (1 << (31 - 5)) / (1 << left_shift))
+    diff_min = int(-1.0 * radius)
+    rows = x.reshape(-1, x.shape[-1]).astype(np.int64)
+    diff = rows - rows.max(axis=1, keepdims=True)
+    used = diff >= diff_min
+    scaled = saturating_rounding_doubling_high_mul(diff * (1 << left_shift), multiplier)  # Q5.26
+    exps = g.exp_on_negative_values(scaled, 5)  # Q0.31
+    sum_of_exps = np.where(used, g.rescale(exps, 0, 12), 0).sum(axis=1, keepdims=True)  # Q12.19
+    sum_of_exps = sum_of_exps.astype(np.int32).astype(np.int64)
+    shifted_scale, bits_over_unit = g.get_reciprocal(sum_of_exps, 12)
+    unsat = rounding_divide_by_pot(g.srdhm(shifted_scale, exps), bits_over_unit + 31 - 8)
+    low, high = LIMITS[out.dtype.value]
+    result, clipped = _clamp(np.where(used, unsat + low, low), low, high, out.dtype.value)
+    return [result.reshape(x.shape)], {"input_multiplier": multiplier, "input_left_shift": left_shift,
+                                       "diff_min": diff_min, "output_saturated": clipped}
+
+
 # -- data movement: the values move, their quantization stays (the kernels require it) -------------------
 
 def _given(inputs: Arrays, k: int) -> np.ndarray:
@@ -508,6 +549,7 @@ OPS: dict[str, Callable[[OpInfo, TFLiteModel, Arrays], Result]] = {
     "RELU": relu,
     "RELU6": relu,
     "RELU_N1_TO_1": relu,
+    "SOFTMAX": softmax,
     "TRANSPOSE": transpose,
     "STRIDED_SLICE": strided_slice,
     "SLICE": slice_,

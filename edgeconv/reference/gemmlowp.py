@@ -1,0 +1,104 @@
+"""gemmlowp's fixed-point functions (fixedpoint.h) that TFLite's reference SOFTMAX, LOGISTIC and TANH kernels
+compute with: a Q(m).(31 - m) number is its int32 ``raw`` value over 2^(31 - m). Arrays of int64 holding
+int32 values; every step rounds as gemmlowp does."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .fixedpoint import INT32_MAX, INT32_MIN, rounding_divide_by_pot, saturating_rounding_doubling_high_mul
+
+srdhm = saturating_rounding_doubling_high_mul  # the product of two fixed-point numbers: raw of Q(a + b)
+
+
+def _wrap(x: np.ndarray) -> np.ndarray:
+    """int32 arithmetic (gemmlowp adds raw values as int32)."""
+    return np.asarray(x, np.int64).astype(np.int32).astype(np.int64)
+
+
+def saturating_rounding_multiply_by_pot(x: np.ndarray, exponent: int) -> np.ndarray:
+    """``SaturatingRoundingMultiplyByPOT<exponent>``: a saturating left shift, or a rounding right shift."""
+    if exponent < 0:
+        return rounding_divide_by_pot(x, -exponent)
+    threshold = (1 << (31 - exponent)) - 1
+    shifted = _wrap(np.asarray(x, np.int64) << exponent)
+    return np.where(x > threshold, INT32_MAX, np.where(x < -threshold, INT32_MIN, shifted))
+
+
+def rescale(x: np.ndarray, src_integer_bits: int, dst_integer_bits: int) -> np.ndarray:
+    """``Rescale<dst>``: the same number with another split of integer and fractional bits."""
+    return saturating_rounding_multiply_by_pot(x, src_integer_bits - dst_integer_bits)
+
+
+def rounding_half_sum(a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
+    """``RoundingHalfSum``: ``(a + b) / 2`` rounded away from zero, in 64 bits."""
+    total = np.asarray(a, np.int64) + np.asarray(b, np.int64)
+    sign = np.where(total >= 0, 1, -1)
+    nudged = total + sign
+    return np.where(nudged >= 0, nudged // 2, -((-nudged) // 2))
+
+
+def exp_on_interval_between_negative_one_quarter_and_0_excl(a: np.ndarray) -> np.ndarray:
+    """exp(a) for a in [-1/4, 0) in Q0.31: the Taylor expansion around -1/8 to the 4th power."""
+    constant_term = 1895147668  # exp(-1/8)
+    constant_1_over_3 = 715827883
+    x = _wrap(a + (1 << 28))  # a + 1/8
+    x2 = srdhm(x, x)
+    x3 = srdhm(x2, x)
+    x4 = srdhm(x2, x2)
+    x4_over_4 = saturating_rounding_multiply_by_pot(x4, -2)
+    poly = saturating_rounding_multiply_by_pot(_wrap(srdhm(_wrap(x4_over_4 + x3), constant_1_over_3) + x2), -1)
+    return _wrap(srdhm(constant_term, _wrap(x + poly)) + constant_term)
+
+
+_BARREL = ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308), (2, 39332535), (3, 720401),
+           (4, 242))  # exp(-2^exponent) in Q0.31
+
+
+def exp_on_negative_values(a: np.ndarray, integer_bits: int) -> np.ndarray:
+    """exp(a) for a <= 0 given in Q(integer_bits), as Q0.31: exp of ``a mod 1/4`` by the polynomial, then one
+    multiplication by exp(-2^k) per bit k of the rest (a barrel shifter); 0 below -32, 1 at 0."""
+    fractional = 31 - integer_bits
+    one_quarter = 1 << (fractional - 2)
+    mask = one_quarter - 1
+    a_mod_quarter_minus_one_quarter = _wrap((a & mask) - one_quarter)
+    result = exp_on_interval_between_negative_one_quarter_and_0_excl(
+        rescale(a_mod_quarter_minus_one_quarter, integer_bits, 0))
+    remainder = _wrap(a_mod_quarter_minus_one_quarter - a)
+    for exponent, multiplier in _BARREL:
+        if integer_bits > exponent:
+            bit = 1 << (fractional + exponent)
+            result = np.where((remainder & bit) != 0, srdhm(result, multiplier), result)
+    if integer_bits > 5:
+        clamp = -(1 << (36 - integer_bits))
+        result = np.where(a < clamp, 0, result)
+    return np.where(a == 0, INT32_MAX, result)
+
+
+def one_over_one_plus_x_for_x_in_0_1(a: np.ndarray) -> np.ndarray:
+    """1 / (1 + a) for a in [0, 1) in Q0.31: three Newton-Raphson steps from 48/17 - 32/17 * d (Q2.29)."""
+    half_denominator = rounding_half_sum(a, INT32_MAX)
+    x = _wrap(srdhm(half_denominator, -1010580540) + 1515870810)  # 48/17 and -32/17 in Q2.29
+    one = 1 << 29
+    for _ in range(3):
+        half_denominator_times_x = srdhm(half_denominator, x)
+        one_minus = _wrap(one - half_denominator_times_x)
+        x = _wrap(x + rescale(srdhm(x, one_minus), 4, 2))
+    return rescale(x, 1, 0)  # ExactMulByPot<-1> (Q2 -> Q1, raw unchanged), then to Q0
+
+
+def count_leading_zeros(x: np.ndarray) -> np.ndarray:
+    """Leading zero bits of each value as a uint32 (32 for 0)."""
+    u = np.asarray(x, np.int64) & 0xFFFFFFFF
+    bits = np.zeros(u.shape, np.int64)
+    nonzero = u > 0
+    bits[nonzero] = np.frexp(u[nonzero].astype(np.float64))[1]  # u = m * 2^e, m in [0.5, 1): e bits
+    return 32 - bits
+
+
+def get_reciprocal(x: np.ndarray, x_integer_digits: int) -> tuple[np.ndarray, np.ndarray]:
+    """``GetReciprocal``: 1 / x for x > 0 in Q(x_integer_digits), as a Q0.31 scale and the bits it is over 1."""
+    headroom_plus_one = count_leading_zeros(x)
+    num_bits_over_unit = x_integer_digits - headroom_plus_one
+    shifted = ((np.asarray(x, np.int64) << headroom_plus_one) & 0xFFFFFFFF) - (1 << 31)
+    return one_over_one_plus_x_for_x_in_0_1(_wrap(shifted)), num_bits_over_unit
