@@ -102,3 +102,32 @@ def get_reciprocal(x: np.ndarray, x_integer_digits: int) -> tuple[np.ndarray, np
     num_bits_over_unit = x_integer_digits - headroom_plus_one
     shifted = ((np.asarray(x, np.int64) << headroom_plus_one) & 0xFFFFFFFF) - (1 << 31)
     return one_over_one_plus_x_for_x_in_0_1(_wrap(shifted)), num_bits_over_unit
+
+
+def one_minus_x_over_one_plus_x_for_x_in_0_1(a: np.ndarray) -> np.ndarray:
+    """(1 - a) / (1 + a) for a in [0, 1) in Q0.31: the Newton-Raphson reciprocal (Q2.29), minus one."""
+    half_denominator = rounding_half_sum(a, INT32_MAX)
+    x = _wrap(srdhm(half_denominator, -1010580540) + 1515870810)
+    one = 1 << 29
+    for _ in range(3):
+        one_minus = _wrap(one - srdhm(half_denominator, x))
+        x = _wrap(x + rescale(srdhm(x, one_minus), 4, 2))
+    return rescale(_wrap(x - one), 2, 0)
+
+
+def logistic(a: np.ndarray, integer_bits: int) -> np.ndarray:
+    """1 / (1 + exp(-a)) of a Q(integer_bits) number, in Q0.31: for |a|, 1 / (1 + exp(-|a|)); for a < 0 one
+    minus it; 1/2 at 0."""
+    positive = a > 0
+    minus_abs = np.where(positive, -a, a)  # -|a|, as exp_on_negative_values takes it
+    on_positive = one_over_one_plus_x_for_x_in_0_1(exp_on_negative_values(minus_abs, integer_bits))
+    return np.where(a == 0, 1 << 30, np.where(positive, on_positive, _wrap(INT32_MAX - on_positive)))
+
+
+def tanh(a: np.ndarray, integer_bits: int) -> np.ndarray:
+    """tanh of a Q(integer_bits) number, in Q0.31: ``t = (1 - exp(-2|a|)) / (1 + exp(-2|a|))`` (the doubling
+    is a change of integer bits on the same raw value), signed as ``a``; 0 at 0."""
+    negative = a < 0
+    n = np.where(negative, a, -a)  # -|a|
+    t = one_minus_x_over_one_plus_x_for_x_in_0_1(exp_on_negative_values(n, integer_bits + 1))
+    return np.where(a == 0, 0, np.where(negative, -t, t))

@@ -389,6 +389,39 @@ def softmax(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
                                        "diff_min": diff_min, "output_saturated": clipped}
 
 
+def _sigmoid_like(op: OpInfo, inputs: Arrays, fn: str, output_bits: int, low_value: int) -> Result:
+    """LOGISTIC and TANH for int8 (``reference_integer_ops``): the input offset and scaled into Q4.27
+    (``input_multiplier``, ``input_left_shift``), past ``input_range_radius`` the extreme output, else
+    gemmlowp's function in Q0.31 rounded to ``output_bits`` fractional bits (LOGISTIC: 1/256 with zero point
+    -128; TANH: 1/128 with zero point 0)."""
+    from . import gemmlowp as g
+
+    x, src, out = _given(inputs, 0), op.inputs[0], op.outputs[0]
+    assert src is not None
+    if src.dtype.value != "int8" or out.dtype.value != "int8":
+        raise Unsupported(f"{op.type} of {src.dtype.value} to {out.dtype.value}")
+    multiplier, left_shift = quantize_multiplier(scale_of(src) * float(1 << (31 - 4)))
+    radius = math.floor(1.0 * ((1 << 4) - 1) * (1 << (31 - 4)) / (1 << left_shift))
+    value = x.astype(np.int64) - zero_point_of(src)
+    in_q4 = multiply_by_quantized_multiplier(value, multiplier, left_shift)
+    in_q0 = g.logistic(in_q4, 4) if fn == "logistic" else g.tanh(in_q4, 4)
+    scaled = rounding_divide_by_pot(in_q0, 31 - output_bits) + (-128 if fn == "logistic" else 0)
+    scaled = np.where(value <= -radius, low_value, np.where(value >= radius, 127, scaled))
+    result, clipped = _clamp(scaled, -128, 127, "int8")
+    return [result], {"input_multiplier": multiplier, "input_left_shift": left_shift, "input_range_radius": radius,
+                      "output_saturated": clipped}
+
+
+def logistic(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """``out = -128 + round(256 / (1 + exp(-(in - zp) * scale)))``, in fixed point (see ``_sigmoid_like``)."""
+    return _sigmoid_like(op, inputs, "logistic", 8, -128)
+
+
+def tanh(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """``out = round(128 * tanh((in - zp) * scale))``, in fixed point (see ``_sigmoid_like``)."""
+    return _sigmoid_like(op, inputs, "tanh", 7, -128)
+
+
 # -- data movement: the values move, their quantization stays (the kernels require it) -------------------
 
 def _given(inputs: Arrays, k: int) -> np.ndarray:
@@ -550,6 +583,8 @@ OPS: dict[str, Callable[[OpInfo, TFLiteModel, Arrays], Result]] = {
     "RELU6": relu,
     "RELU_N1_TO_1": relu,
     "SOFTMAX": softmax,
+    "LOGISTIC": logistic,
+    "TANH": tanh,
     "TRANSPOSE": transpose,
     "STRIDED_SLICE": strided_slice,
     "SLICE": slice_,
