@@ -203,8 +203,10 @@ def match_fields(fields: Sequence[Field], inputs: Sequence[TensorSpec], location
 
 
 def collect(reader: Reader, inputs: Sequence[TensorSpec], *, role: str, source: str, samples: int | None,
-            seed: int, folder: Path, labels: str | None = None, progress: Progress | None = None) -> SampleSet:
-    """Draw, check, measure, hash and spool the samples of ``reader`` (and their labels)."""
+            seed: int, folder: Path, labels: str | None = None, progress: Progress | None = None,
+            at_least: int = 1) -> SampleSet:
+    """Draw, check, measure, hash and spool the samples of ``reader`` (and their labels); data holding fewer
+    than ``at_least`` samples is refused."""
     fields = reader.fields()
     if labels is not None:
         found = {f.name: f for f in fields}
@@ -217,7 +219,10 @@ def collect(reader: Reader, inputs: Sequence[TensorSpec], *, role: str, source: 
     mapping, notes = match_fields(fields, inputs, reader.location, [labels] if labels else [])
     available = reader.count()
     wanted = available if samples is None else samples
-    if wanted > available:  # all of it: fewer than min_samples is the finding (a warning, below 10 an error)
+    if available < at_least:
+        raise DataError(f"{reader.location}: the {role} data holds {available} sample(s); at least {at_least} are "
+                        "needed")
+    if wanted > available:  # all of it: fewer than min_samples is the finding (a warning)
         notes.append(f"{role}.samples is {wanted} but the data holds {available} samples: all {available} are used")
         log.warning("%s: %s", reader.location, notes[-1])
         wanted = available

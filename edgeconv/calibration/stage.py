@@ -14,7 +14,7 @@ from ..errors import rel
 from ..ir import TensorSpec
 from . import SOURCES, resolve_source
 from .checks import DataWarning, activation_warnings, data_warnings, quantization_warnings
-from .config import CalibrationConfig, EvaluationConfig
+from .config import HARD_FLOOR, CalibrationConfig, EvaluationConfig
 from .samples import Progress, RandomReader, SampleSet, collect
 
 log = logging.getLogger(__name__)
@@ -30,8 +30,9 @@ def collect_section(cfg: CalibrationConfig | EvaluationConfig, role: str, inputs
     log.info("reading %s data %s (%s)", role, where, source)
     reader = SOURCES[source]().open(cfg, inputs, base)
     labels = cfg.labels if isinstance(cfg, EvaluationConfig) else None
+    floor = HARD_FLOOR if isinstance(cfg, CalibrationConfig) else 1  # fewer cannot calibrate a model
     return collect(reader, inputs, role=role, source=source, samples=cfg.samples, seed=cfg.seed, folder=work,
-                   labels=labels, progress=progress)
+                   labels=labels, progress=progress, at_least=floor)
 
 
 def expected_ranges(cal: CalibrationConfig | None, inputs: Sequence[TensorSpec]) -> dict[str, tuple[float, float]]:

@@ -120,6 +120,7 @@ GOOD = np.random.default_rng(0).random((300, 16, 16, 1), dtype=np.float32)
      "to the range it was trained on) and save float data"),
     ({"image": np.where(np.arange(300)[:, None, None, None] == 17, np.nan, GOOD)[:200]},
      "bad.npz: NaN or Inf in 1 sample(s) of the calibration data: bad.npz sample 17 ('image')"),
+    ({"image": GOOD[:9]}, "bad.npz: the calibration data holds 9 sample(s); at least 10 are needed"),
     ({"images": GOOD},
      "bad.npz: array 'images' is not a model input (inputs: image); did you mean 'image'?"),
 ])
@@ -176,7 +177,7 @@ def test_a_failed_build_keeps_the_previous_output(project: Path, capsys: pytest.
     out = project / "build" / "digits"
     commit(out, {"digits.tflite": b"last release"})
     before = tree(out)
-    _cal(project, image=GOOD[:10])
+    _cal(project, image=GOOD[:, :15])  # samples of the wrong shape: the build stops after the model loaded
     code, _ = build(["pipeline.yaml"], capsys)
     assert code == 2
     assert tree(out) == before

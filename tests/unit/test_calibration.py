@@ -405,3 +405,19 @@ def test_data_findings_at_their_thresholds(calib: dict[str, Any], count: int, fo
     warnings = data_warnings(sample_set(calib, count=count), min_samples=100,
                              evaluation=sample_set(image_stats(0, 1)), expected={})
     assert [(w.check, w.severe) for w in warnings] == found
+
+
+@pytest.mark.parametrize(("held", "refused"), [(9, True), (10, False), (11, False)])
+def test_calibration_data_below_the_hard_floor_is_refused(tmp_path: Path, held: int, refused: bool) -> None:
+    """All of the data is used when calibration.samples asks for more, but never fewer than 10 samples."""
+    np.savez(tmp_path / "c.npz", image=rng_images(held))
+    reader = SOURCES["npz"]().open(cfg("c.npz"), [IMAGE], Path.cwd())
+    if refused:
+        with pytest.raises(DataError, match=r"^c.npz: the calibration data holds 9 sample\(s\); at least 10 are "
+                                            r"needed$"):
+            collect(reader, [IMAGE], role="calibration", source="npz", samples=200, seed=0, folder=tmp_path,
+                    at_least=10)
+    else:
+        got = collect(reader, [IMAGE], role="calibration", source="npz", samples=200, seed=0, folder=tmp_path,
+                      at_least=10)
+        assert len(got.indices) == held
