@@ -92,6 +92,16 @@ def parser() -> argparse.ArgumentParser:
     _view_arguments(command("view", help="open a build (or a .tflite) in Model Explorer with each target's verdict "
                                           "and the per-op quantization error on the graph (needs the view extra)"))
 
+    r = command("reference", help="compute a full-integer .tflite by hand (NumPy, as TFLite's reference kernels) "
+                                  "and write every tensor and each op's arithmetic (no TensorFlow needed)")
+    _arg(r, "model", type=Path, help="a full-integer .tflite").completer = _files(".tflite")
+    _arg(r, "--inputs", type=Path, required=True, metavar="NPZ",
+         help="an .npz with an array per model input (first axis: samples; float arrays are quantized with the "
+              "input's scale)").completer = _files(".npz")
+    r.add_argument("--sample", type=int, default=0, metavar="K", help="which sample of the .npz (default 0)")
+    r.add_argument("--out", type=Path, required=True, metavar="DIR",
+                   help="folder for tensors.npz, trace.json and trace.md (replaced whole)")
+
     s = command("schema", help="print the JSON Schema of the pipeline file or the report")
     s.add_argument("which", choices=("pipeline", "report"))
     return top

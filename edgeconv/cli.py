@@ -138,6 +138,8 @@ def _main(args: argparse.Namespace) -> int:
             return _schema(args.which)
         if args.command == "view":
             return _view(args)
+        if args.command == "reference":
+            return _reference(args)
         raise AssertionError(args.command)
     except EdgeconvError as exc:
         for line in str(exc).splitlines():
@@ -363,6 +365,23 @@ def _view(args: argparse.Namespace) -> int:
         except Terminated:
             print("edgeconv: terminated; Model Explorer stopped", file=sys.stderr)
             return Exit.TERMINATED
+    return EXIT_OK
+
+
+def _reference(args: argparse.Namespace) -> int:
+    from . import output, reference
+    from .converters.tflite_reader import read_tflite
+    from .reference.trace import files, read_inputs
+
+    out = args.out.resolve()
+    output.check_not_a_link(args.out)
+    output.check_holds_no_input(out, [("model", args.model), ("inputs", args.inputs)])
+    model = read_tflite(args.model)
+    computed = reference.run(model, read_inputs(args.inputs, model, args.sample))
+    output.commit(out, files(model, computed))
+    if not args.quiet:
+        print(f"{rel(args.model)}: {len(computed.steps)} ops computed by hand; every tensor in "
+              f"{rel(out / 'tensors.npz')}, each op's arithmetic in {rel(out / 'trace.md')} and trace.json")
     return EXIT_OK
 
 

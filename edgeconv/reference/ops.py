@@ -117,7 +117,7 @@ def _requantize(acc: np.ndarray, op: OpInfo, multiplier: np.ndarray, shift: np.n
     result, clipped = _clamp(scaled, low, high, out.dtype.value)
     trace.update(accumulator=[int(acc.min()), int(acc.max())] if acc.size else [0, 0],
                  accumulator_saturated=bool(acc.size and (acc.min() < -(2**31) or acc.max() > 2**31 - 1)),
-                 output_saturated=clipped, output_multiplier=multiplier.tolist(), output_shift=shift.tolist(),
+                 clamped=clipped, output_multiplier=multiplier.tolist(), output_shift=shift.tolist(),
                  activation_range=[low, high])
     return result
 
@@ -214,7 +214,7 @@ def _add_sub(op: OpInfo, inputs: Arrays, sign: int) -> Result:
     low, high = _output_range(op)
     result, clipped = _clamp(scaled, low, high, out.dtype.value)
     return [result], {"left_shift": left_shift, "input1_multiplier": [m1, s1], "input2_multiplier": [m2, s2],
-                      "output_multiplier": [mo, so], "output_saturated": clipped, "activation_range": [low, high]}
+                      "output_multiplier": [mo, so], "clamped": clipped, "activation_range": [low, high]}
 
 
 def add(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
@@ -240,7 +240,7 @@ def mul(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     scaled = multiply_by_quantized_multiplier(product, m, s) + zero_point_of(out)
     low, high = _output_range(op)
     result, clipped = _clamp(scaled, low, high, out.dtype.value)
-    return [result], {"output_multiplier": [m, s], "output_saturated": clipped, "activation_range": [low, high]}
+    return [result], {"output_multiplier": [m, s], "clamped": clipped, "activation_range": [low, high]}
 
 
 def _pool(op: OpInfo, x: np.ndarray, reduce: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Result:
@@ -253,7 +253,7 @@ def _pool(op: OpInfo, x: np.ndarray, reduce: Callable[[np.ndarray, np.ndarray], 
     result = reduce(values, np.broadcast_to(inside, values.shape).astype(bool))
     low, high = _output_range(op)
     out, clipped = _clamp(result, low, high, op.outputs[0].dtype.value)
-    return [out], {"kernel": [kh, kw], "stride": [sh, sw], "padding": [pad_h, pad_w], "output_saturated": clipped}
+    return [out], {"kernel": [kh, kw], "stride": [sh, sw], "padding": [pad_h, pad_w], "clamped": clipped}
 
 
 def average_pool_2d(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
@@ -306,7 +306,7 @@ def concatenation(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     axis = op.options.get("axis", 0)
     low, high = LIMITS[out.dtype.value]
     result, clipped = _clamp(np.concatenate(parts, axis=axis), low, high, out.dtype.value)
-    return [result], {"axis": axis, "output_saturated": clipped}
+    return [result], {"axis": axis, "clamped": clipped}
 
 
 def pad(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
@@ -327,11 +327,11 @@ def quantize(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
         scaled = x / np.float32(scale_of(out))
         rounded = np.where(scaled >= 0, np.floor(scaled + np.float32(0.5)), -np.floor(-scaled + np.float32(0.5)))
         result, clipped = _clamp(rounded.astype(np.int64) + zero_point_of(out), low, high, out.dtype.value)
-        return [result], {"scale": scale_of(out), "zero_point": zero_point_of(out), "output_saturated": clipped}
+        return [result], {"scale": scale_of(out), "zero_point": zero_point_of(out), "clamped": clipped}
     m, s = quantize_multiplier(scale_of(src) / scale_of(out))
     scaled = multiply_by_quantized_multiplier(x.astype(np.int64) - zero_point_of(src), m, s) + zero_point_of(out)
     result, clipped = _clamp(scaled, low, high, out.dtype.value)
-    return [result], {"output_multiplier": [m, s], "output_saturated": clipped}
+    return [result], {"output_multiplier": [m, s], "clamped": clipped}
 
 
 def dequantize(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
@@ -353,7 +353,7 @@ def relu(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     qmin, qmax = LIMITS[out.dtype.value]
     low, high = activation_range(op.type, scale_of(out), zero_point_of(out), qmin, qmax)
     result, clipped = _clamp(scaled, low, high, out.dtype.value)
-    return [result], {"output_multiplier": [m, s], "activation_range": [low, high], "output_saturated": clipped}
+    return [result], {"output_multiplier": [m, s], "activation_range": [low, high], "clamped": clipped}
 
 
 # -- the fixed-point activations (gemmlowp) ------------------------------------------------------------------
@@ -386,7 +386,7 @@ def softmax(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     low, high = LIMITS[out.dtype.value]
     result, clipped = _clamp(np.where(used, unsat + low, low), low, high, out.dtype.value)
     return [result.reshape(x.shape)], {"input_multiplier": multiplier, "input_left_shift": left_shift,
-                                       "diff_min": diff_min, "output_saturated": clipped}
+                                       "diff_min": diff_min, "clamped": clipped}
 
 
 def _sigmoid_like(op: OpInfo, inputs: Arrays, fn: str, output_bits: int, low_value: int) -> Result:
@@ -409,7 +409,7 @@ def _sigmoid_like(op: OpInfo, inputs: Arrays, fn: str, output_bits: int, low_val
     scaled = np.where(value <= -radius, low_value, np.where(value >= radius, 127, scaled))
     result, clipped = _clamp(scaled, -128, 127, "int8")
     return [result], {"input_multiplier": multiplier, "input_left_shift": left_shift, "input_range_radius": radius,
-                      "output_saturated": clipped}
+                      "clamped": clipped}
 
 
 def logistic(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:

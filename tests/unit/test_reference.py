@@ -183,3 +183,63 @@ def test_rounding_is_the_kernels() -> None:
     # x * 0.5: 1.5 -> 2 but -1.5 -> -1 (the doubling high multiply's nudge), as the kernels do.
     m, s = quantize_multiplier(0.5)
     assert multiply_by_quantized_multiplier(np.array([3, -3, 4]), m, s).tolist() == [2, -1, 2]
+
+
+# -- edgeconv reference: the command -------------------------------------------------------------------------
+
+MOBILENET = DATA / "oracles" / "edgetpu" / "mobilenet_v1_0.25_128_quant.tflite"
+
+
+def test_the_command_writes_every_tensor_and_the_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Float samples are quantized with the input's scale; tensors.npz holds what LiteRT's reference kernels
+    compute from the same uint8 input; the trace names each op's GEMM."""
+    import json
+
+    from edgeconv.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    images = np.random.default_rng(2).uniform(-1, 0.99, (3, 128, 128, 3)).astype(np.float32)  # scale 1/128, zp 128
+    np.savez(tmp_path / "x.npz", input=images)
+    assert main(["reference", str(MOBILENET), "--inputs", "x.npz", "--sample", "2", "--out", "ref"]) == 0
+    assert capsys.readouterr().out.endswith("31 ops computed by hand; every tensor in ref/tensors.npz, each op's "
+                                            "arithmetic in ref/trace.md and trace.json\n")
+    tensors = np.load(tmp_path / "ref" / "tensors.npz")
+    model = read_tflite(MOBILENET)
+    q = model.main.tensors[model.main.inputs[0]].quantization
+    assert q is not None
+    fed = tensors["input"]
+    assert fed.dtype == np.uint8 and fed.shape == (1, 128, 128, 3)
+    assert np.abs(fed.astype(np.float64) - (images[2:3] / q.scale[0] + q.zero_point[0])).max() <= 0.5 + 1e-6
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    it = Interpreter(model_path=str(MOBILENET), experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    it.allocate_tensors()
+    it.set_tensor(model.main.inputs[0], fed)
+    it.invoke()
+    (out,) = (model.main.tensors[i] for i in model.main.outputs)
+    assert np.array_equal(tensors[out.name], it.get_tensor(out.index))
+    trace = json.loads((tmp_path / "ref" / "trace.json").read_text())
+    assert [op["op"] for op in trace["ops"]][:2] == ["CONV_2D", "DEPTHWISE_CONV_2D"]
+    assert trace["ops"][0]["trace"]["gemm"] == [64 * 64, 8, 27] and trace["ops"][0]["trace"]["stride"] == [2, 2]
+    assert "| 0 | CONV_2D |" in (tmp_path / "ref" / "trace.md").read_text()
+
+
+@pytest.mark.parametrize(("args", "error"), [
+    (["--inputs", "wrong.npz"], "edgeconv: error: wrong.npz: array 'image' is not a model input (inputs: input)"),
+    (["--inputs", "x.npz", "--sample", "3"], "edgeconv: error: x.npz: sample 3 of 3 in 'input'"),
+    (["--inputs", "x.npz", "--out", "."], "edgeconv: error: output folder . holds the inputs x.npz"),
+])
+def test_the_command_refuses_bad_inputs_and_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str], args: list[str],
+                                                           error: str) -> None:
+    from edgeconv.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    np.savez(tmp_path / "x.npz", input=np.zeros((3, 128, 128, 3), np.float32))
+    np.savez(tmp_path / "wrong.npz", image=np.zeros((3, 128, 128, 3), np.float32))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    argv = ["reference", str(MOBILENET), *args] + ([] if "--out" in args else ["--out", "ref"])
+    assert main(argv) == 2
+    assert error in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

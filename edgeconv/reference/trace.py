@@ -1,0 +1,105 @@
+"""What ``edgeconv reference`` writes: every tensor (``tensors.npz``) and the trace of each op as JSON and
+Markdown (``trace.json``, ``trace.md``), and how it reads the inputs it is given."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..converters.tflite_reader import TFLiteModel
+from ..errors import DataError, rel
+from . import Computed
+from .fixedpoint import round_half_away
+
+
+def read_inputs(path: Path, model: TFLiteModel, sample: int) -> dict[str, np.ndarray]:
+    """Sample ``sample`` of each model input from an .npz (arrays keyed by input tensor name or signature key,
+    first axis the samples; no pickled objects). A float array for an integer input is quantized with the
+    input's scale and zero point, as an application feeding the model would."""
+    from ..inputs import MAX_MODEL_BYTES, read_bytes
+
+    raw = read_bytes(path, MAX_MODEL_BYTES, DataError, what="inputs .npz")
+    try:
+        arrays = dict(np.load(io.BytesIO(raw), allow_pickle=False))
+    except (ValueError, OSError, EOFError) as exc:
+        raise DataError(f"{rel(path)}: not a readable .npz ({exc})") from None
+    graph = model.main
+    keys = {**({k: i for sig in model.signatures[:1] for k, i in sig.inputs.items()}),
+            **{graph.tensors[i].name: i for i in graph.inputs}}
+    feeds: dict[str, np.ndarray] = {}
+    for name, array in arrays.items():
+        if name not in keys:
+            raise DataError(f"{rel(path)}: array {name!r} is not a model input (inputs: "
+                            f"{', '.join(graph.tensors[i].name for i in graph.inputs)})")
+        t = graph.tensors[keys[name]]
+        if array.ndim != len(t.shape) or tuple(array.shape[1:]) != tuple(t.shape[1:]):
+            raise DataError(f"{rel(path)}: array {name!r} has shape {list(array.shape)}, expected samples of "
+                            f"{list(t.shape[1:])} (first axis: the samples)")
+        if not 0 <= sample < array.shape[0]:
+            raise DataError(f"{rel(path)}: sample {sample} of {array.shape[0]} in {name!r}")
+        x = array[sample:sample + t.shape[0]]
+        if x.dtype.kind == "f" and t.dtype.value in ("int8", "uint8", "int16"):
+            q = t.quantization
+            assert q is not None
+            info = np.iinfo(t.dtype.value)
+            quantized = [round_half_away(float(np.float32(v) / np.float32(q.scale[0]))) + q.zero_point[0]
+                         for v in x.reshape(-1)]
+            x = np.clip(np.array(quantized, np.int64), info.min, info.max).reshape(x.shape)
+        feeds[t.name] = x.astype(t.dtype.value)
+    return feeds
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def trace_json(model: TFLiteModel, computed: Computed) -> dict[str, Any]:
+    """Per op: its index, type, output tensors (shape, dtype, scale, zero point) and the trace."""
+    by_name = {t.name: t for t in model.main.tensors}
+
+    def tensor(name: str) -> dict[str, Any]:
+        t = by_name[name]
+        q = t.quantization
+        return {"name": name, "shape": list(t.shape), "dtype": t.dtype.value,
+                "scale": list(q.scale) if q is not None else None,
+                "zero_point": list(q.zero_point) if q is not None else None}
+
+    return {"model": model.path, "sha256": model.sha256,
+            "ops": [{"index": s.index, "op": s.op, "outputs": [tensor(n) for n in s.outputs],
+                     "trace": _json_safe(s.trace)} for s in computed.steps]}
+
+
+def trace_markdown(data: Mapping[str, Any]) -> str:
+    lines = [f"# Reference run of {data['model']}", "",
+             "| # | op | output | GEMM M x N x K | accumulator range | values clamped (activation or type range) |",
+             "|---|---|---|---|---|---|"]
+    for op in data["ops"]:
+        t = op["trace"]
+        gemm = " x ".join(str(v) for v in t["gemm"]) if "gemm" in t else "-"
+        acc = f"[{t['accumulator'][0]:,}, {t['accumulator'][1]:,}]" if "accumulator" in t else "-"
+        out = op["outputs"][0] if op["outputs"] else {"name": "-", "shape": []}
+        lines.append(f"| {op['index']} | {op['op']} | `{out['name']}` {out['shape']} | {gemm} | {acc} | "
+                     f"{t.get('clamped', 0)} |")
+    return "\n".join(lines) + "\n"
+
+
+def files(model: TFLiteModel, computed: Computed) -> dict[str, bytes]:
+    """The output folder's files."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **computed.tensors)  # type: ignore[arg-type]
+    data = trace_json(model, computed)
+    return {"tensors.npz": buffer.getvalue(), "trace.json": (json.dumps(data, indent=2) + "\n").encode(),
+            "trace.md": trace_markdown(data).encode()}
