@@ -98,12 +98,19 @@ def gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _per_channel(op: OpInfo, weights: TensorInfo, channels: int) -> tuple[np.ndarray, np.ndarray]:
-    """``PopulateConvolutionQuantizationParams``: per output channel, ``input_scale * filter_scale /
-    output_scale`` (in double) as a multiplier and a shift."""
-    input_scale, output_scale = scale_of(op.inputs[0]), scale_of(op.outputs[0])  # type: ignore[arg-type]
+    """Per output channel, ``input_scale * filter_scale / output_scale`` as a multiplier and a shift. Per-channel
+    int8 weights (``PopulateConvolutionQuantizationParams``) multiply the scales in double; one scale for
+    the whole filter (uint8 models, and FULLY_CONNECTED: ``GetQuantizedConvolutionMultipler``) multiplies them
+    in float32 first, then divides in double."""
+    src, out = op.inputs[0], op.outputs[0]
+    assert src is not None
+    input_scale, output_scale = scale_of(src), scale_of(out)
     q = weights.quantization
+    per_channel = q is not None and len(q.scale) > 1
+    legacy = not per_channel and (op.type == "FULLY_CONNECTED" or src.dtype.value == "uint8")
     scales = q.scale if q is not None and len(q.scale) == channels else (scale_of(weights),) * channels
-    pairs = [quantize_multiplier(input_scale * s / output_scale) for s in scales]
+    pairs = [quantize_multiplier(float(np.float32(input_scale) * np.float32(s)) / output_scale if legacy
+                                 else input_scale * s / output_scale) for s in scales]
     return np.array([m for m, _ in pairs], np.int64), np.array([s for _, s in pairs], np.int64)
 
 
@@ -549,6 +556,43 @@ def resize_nearest_neighbor(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> R
     return [x[:, rows][:, :, cols]], {"rows": rows.tolist(), "cols": cols.tolist()}
 
 
+def _c_div(x: np.ndarray, d: int) -> np.ndarray:
+    """C's integer division (towards zero)."""
+    return np.where(x >= 0, x // d, -((-x) // d))
+
+
+def resize_bilinear(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """``ResizeBilinearInteger``: source coordinates in 1/1024 steps (``scale_10 = round(1024 * in / out)``,
+    ``(in - 1) / (out - 1)`` with align_corners; half_pixel_centers shifts by half a step), the four neighbours
+    weighted in 1/2^20 and the sum rounded half away from zero. The raw 8-bit values are interpolated (the
+    weights sum to one, so the zero point is kept)."""
+    x = _given(inputs, 0).astype(np.int64)
+    out_h, out_w = (int(v) for v in _given(inputs, 1).reshape(-1))
+    align, half = bool(op.options.get("align_corners")), bool(op.options.get("half_pixel_centers"))
+    in_h, in_w = x.shape[1], x.shape[2]
+
+    def axis(out_size: int, in_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        scale_10 = ((1 << 10) * in_size + out_size // 2) // out_size
+        if align and out_size > 1:
+            scale_10 = ((1 << 10) * (in_size - 1) + (out_size - 1) // 2) // (out_size - 1)
+        v = np.arange(out_size, dtype=np.int64)
+        scaled = v * scale_10 + scale_10 // 2 - (1 << 9) if half else v * scale_10
+        lower = np.maximum(_c_div(scaled, 1 << 10), 0)
+        upper = np.minimum(_c_div(scaled + (1 << 10) - 1, 1 << 10), in_size - 1)
+        return scaled, lower, upper
+
+    ys, y0, y1 = axis(out_h, in_h)
+    xs, x0, x1 = axis(out_w, in_w)
+    dy = (ys - (1 << 10) * y0)[None, :, None, None]
+    dx = (xs - (1 << 10) * x0)[None, None, :, None]
+    ll, lu = x[:, y0][:, :, x0], x[:, y1][:, :, x0]
+    rl, ru = x[:, y0][:, :, x1], x[:, y1][:, :, x1]
+    out_20 = (ll * ((1 << 10) - dy) * ((1 << 10) - dx) + lu * dy * ((1 << 10) - dx)
+              + rl * ((1 << 10) - dy) * dx + ru * dy * dx)
+    rounded = _c_div(out_20 + np.where(out_20 > 0, 1 << 19, -(1 << 19)), 1 << 20)
+    return [rounded.astype(op.outputs[0].dtype.value)], {"align_corners": align, "half_pixel_centers": half}
+
+
 def arg_max(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     """The index of the largest value along the axis (the first on a tie)."""
     axis = int(_given(inputs, 1).reshape(-1)[0])
@@ -598,6 +642,7 @@ OPS: dict[str, Callable[[OpInfo, TFLiteModel, Arrays], Result]] = {
     "SPACE_TO_DEPTH": space_to_depth,
     "DEPTH_TO_SPACE": depth_to_space,
     "RESIZE_NEAREST_NEIGHBOR": resize_nearest_neighbor,
+    "RESIZE_BILINEAR": resize_bilinear,
     "ARG_MAX": arg_max,
     "MAXIMUM": maximum_minimum,
     "MINIMUM": maximum_minimum,
