@@ -202,6 +202,20 @@ def fully_connected(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     return [out.reshape(shape)], trace
 
 
+def _plain_int32(op: OpInfo, value: np.ndarray) -> Result:
+    """An int32 op without quantization: the integer result (int32 wrap-around), clamped to the fused
+    activation's integer range."""
+    low, high = {"RELU": (0, 2**31 - 1), "RELU6": (0, 6), "RELU_N1_TO_1": (-1, 1)}.get(
+        op.options.get("fused_activation_function", "NONE"), (-(2**31), 2**31 - 1))
+    wrapped = value.astype(np.int64).astype(np.int32).astype(np.int64)
+    return [np.clip(wrapped, low, high).astype(np.int32)], {"activation_range": [low, high]}
+
+
+def _is_plain_int32(op: OpInfo) -> bool:
+    return all(t is not None and t.dtype.value == "int32" and not (t.quantization and t.quantization.scale)
+               for t in (*op.inputs, *op.outputs))
+
+
 def _add_sub(op: OpInfo, inputs: Arrays, sign: int) -> Result:
     """ADD (``sign`` 1) and SUB (-1), ``reference_integer_ops::Add``: both inputs rescaled to twice the larger
     input scale with 20 bits of headroom (``left_shift``), summed, then rescaled to the output."""
@@ -209,6 +223,8 @@ def _add_sub(op: OpInfo, inputs: Arrays, sign: int) -> Result:
     assert a is not None and b is not None
     in1, in2, out = op.inputs[0], op.inputs[1], op.outputs[0]
     assert in1 is not None and in2 is not None
+    if _is_plain_int32(op):
+        return _plain_int32(op, a.astype(np.int64) + sign * b.astype(np.int64))
     left_shift = 15 if out.dtype.value == "int16" else 20
     twice_max = 2.0 * float(max(np.float32(scale_of(in1)), np.float32(scale_of(in2))))
     m1, s1 = quantize_multiplier(scale_of(in1) / twice_max)
@@ -242,6 +258,8 @@ def mul(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     assert a is not None and b is not None
     in1, in2, out = op.inputs[0], op.inputs[1], op.outputs[0]
     assert in1 is not None and in2 is not None
+    if _is_plain_int32(op):
+        return _plain_int32(op, a.astype(np.int64) * b.astype(np.int64))
     m, s = quantize_multiplier(scale_of(in1) * scale_of(in2) / scale_of(out))
     product = (a.astype(np.int64) - zero_point_of(in1)) * (b.astype(np.int64) - zero_point_of(in2))
     scaled = multiply_by_quantized_multiplier(product, m, s) + zero_point_of(out)
@@ -593,6 +611,27 @@ def resize_bilinear(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     return [rounded.astype(op.outputs[0].dtype.value)], {"align_corners": align, "half_pixel_centers": half}
 
 
+def mean(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """MEAN of 8-bit tensors (``QuantizedMeanOrSum``): ``sum(in) - input_zero_point * count`` over the axes,
+    times ``in_scale / out_scale`` with the division by the count folded into the multiplier
+    (``M' = (M << shift) / count``, ``shift = min(floor(log2(count)), 32, 31 + s)``, ``s' = s - shift``), plus
+    the output zero point, clamped."""
+    x, src, out = _given(inputs, 0), op.inputs[0], op.outputs[0]
+    assert src is not None
+    axes = sorted({int(a) % x.ndim for a in _given(inputs, 1).reshape(-1)})
+    keep = bool(op.options.get("keep_dims"))
+    low, high = LIMITS[out.dtype.value]
+    count = int(np.prod([x.shape[a] for a in axes]))
+    multiplier, shift = quantize_multiplier(scale_of(src) / scale_of(out))
+    fold = min(count.bit_length() - 1, 32, 31 + shift)
+    multiplier, shift = (multiplier << fold) // count, shift - fold
+    total = x.astype(np.int64).sum(axis=tuple(axes), keepdims=keep) - zero_point_of(src) * count
+    scaled = multiply_by_quantized_multiplier(total, multiplier, shift) + zero_point_of(out)
+    result, clipped = _clamp(scaled, low, high, out.dtype.value)
+    return [result.reshape(out.shape)], {"axes": axes, "count": count, "output_multiplier": [multiplier, shift],
+                                         "clamped": clipped}
+
+
 def arg_max(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     """The index of the largest value along the axis (the first on a tie)."""
     axis = int(_given(inputs, 1).reshape(-1)[0])
@@ -644,6 +683,7 @@ OPS: dict[str, Callable[[OpInfo, TFLiteModel, Arrays], Result]] = {
     "RESIZE_NEAREST_NEIGHBOR": resize_nearest_neighbor,
     "RESIZE_BILINEAR": resize_bilinear,
     "ARG_MAX": arg_max,
+    "MEAN": mean,
     "MAXIMUM": maximum_minimum,
     "MINIMUM": maximum_minimum,
 }

@@ -36,9 +36,7 @@ def _computable(path: Path) -> bool:
         return False
     return all(op.type in reference.SUPPORTED for op in model.ops) and not any(
         t is not None and t.is_float and op.type not in ("QUANTIZE", "DEQUANTIZE")
-        for op in model.ops for t in (*op.inputs, *op.outputs)) and not any(
-        t is not None and t.quantization is None and t.dtype.value == "int32" and not t.constant
-        for op in model.ops for t in op.inputs)
+        for op in model.ops for t in (*op.inputs, *op.outputs))
 
 
 MODELS = sorted(p for d in ("ops", "probes", "oracles", "thirdparty") for p in (DATA / d).rglob("*.tflite")
