@@ -19,6 +19,7 @@ from ..converters.tflite_reader import OpInfo, TensorInfo, TFLiteModel
 from .fixedpoint import (
     activation_range,
     multiply_by_quantized_multiplier,
+    multiply_by_quantized_multiplier_single_rounding,
     quantize_multiplier,
     round_half_away,
     rounding_divide_by_pot,
@@ -107,7 +108,7 @@ def _per_channel(op: OpInfo, weights: TensorInfo, channels: int) -> tuple[np.nda
     input_scale, output_scale = scale_of(src), scale_of(out)
     q = weights.quantization
     per_channel = q is not None and len(q.scale) > 1
-    legacy = not per_channel and (op.type == "FULLY_CONNECTED" or src.dtype.value == "uint8")
+    legacy = op.type == "FULLY_CONNECTED" or (not per_channel and src.dtype.value == "uint8")
     scales = q.scale if q is not None and len(q.scale) == channels else (scale_of(weights),) * channels
     pairs = [quantize_multiplier(float(np.float32(input_scale) * np.float32(s)) / output_scale if legacy
                                  else input_scale * s / output_scale) for s in scales]
@@ -115,11 +116,12 @@ def _per_channel(op: OpInfo, weights: TensorInfo, channels: int) -> tuple[np.nda
 
 
 def _requantize(acc: np.ndarray, op: OpInfo, multiplier: np.ndarray, shift: np.ndarray,
-                trace: dict[str, Any]) -> np.ndarray:
-    """int32 accumulator -> output: ``output_offset + MultiplyByQuantizedMultiplier(acc, M, s)``, clamped to
-    the fused activation's range."""
+                trace: dict[str, Any], *, single_rounding: bool = False) -> np.ndarray:
+    """int32 accumulator -> output: ``output_offset + MultiplyByQuantizedMultiplier(acc, M, s)`` (rounded
+    twice, as gemmlowp does, or once), clamped to the fused activation's range."""
     out = op.outputs[0]
-    scaled = multiply_by_quantized_multiplier(acc, multiplier, shift) + zero_point_of(out)
+    multiply = multiply_by_quantized_multiplier_single_rounding if single_rounding else multiply_by_quantized_multiplier
+    scaled = multiply(acc, multiplier, shift) + zero_point_of(out)
     low, high = _output_range(op)
     result, clipped = _clamp(scaled, low, high, out.dtype.value)
     trace.update(accumulator=[int(acc.min()), int(acc.max())] if acc.size else [0, 0],
@@ -187,7 +189,8 @@ def depthwise_conv_2d(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
 
 def fully_connected(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     """``out[b, co] = clamp(output_offset + MBQM(sum_k (in[b, k] + input_offset) * (filter[co, k] +
-    filter_offset) + bias[co], M, s))``: one GEMM [B, K] x [K, CO]."""
+    filter_offset) + bias[co], M, s))``: one GEMM [B, K] x [K, CO]. With per-channel weights the
+    requantization rounds once (LiteRT's reference kernel, measured), else twice as the convolutions."""
     x, w, b = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None
     assert x is not None and w is not None
     co, k = w.shape
@@ -196,8 +199,10 @@ def fully_connected(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     if b is not None:
         acc = acc + b.astype(np.int64)
     multiplier, shift = _per_channel(op, op.inputs[1], co)  # type: ignore[arg-type]
-    trace: dict[str, Any] = {"gemm": [rows.shape[0], co, k]}
-    out = _requantize(acc, op, multiplier, shift, trace)
+    q = op.inputs[1].quantization  # type: ignore[union-attr]
+    per_channel = q is not None and len(q.scale) > 1
+    trace: dict[str, Any] = {"gemm": [rows.shape[0], co, k], "single_rounding": per_channel}
+    out = _requantize(acc, op, multiplier, shift, trace, single_rounding=per_channel)
     shape = (*x.shape[:-1], co) if op.options.get("keep_num_dims") else (rows.shape[0], co)
     return [out.reshape(shape)], trace
 
