@@ -35,13 +35,17 @@ class Unsupported(Exception):
     """The op, or this use of it, is not one the reference computes."""
 
 
-def scale_of(t: TensorInfo) -> float:
+def scale_of(t: TensorInfo | None) -> float:
+    if t is None:
+        raise Unsupported("an optional input it needs is missing")
     if t.quantization is None or not t.quantization.scale:
         raise Unsupported(f"tensor '{t.name}' is not quantized")
     return t.quantization.scale[0]
 
 
-def zero_point_of(t: TensorInfo) -> int:
+def zero_point_of(t: TensorInfo | None) -> int:
+    if t is None:
+        raise Unsupported("an optional input it needs is missing")
     q = t.quantization
     return int(q.zero_point[0]) if q is not None and q.zero_point else 0
 
@@ -98,13 +102,13 @@ def gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return product.astype(np.int64)
 
 
-def _per_channel(op: OpInfo, weights: TensorInfo, channels: int) -> tuple[np.ndarray, np.ndarray]:
+def _per_channel(op: OpInfo, weights: TensorInfo | None, channels: int) -> tuple[np.ndarray, np.ndarray]:
     """Per output channel, ``input_scale * filter_scale / output_scale`` as a multiplier and a shift. Per-channel
     int8 weights (``PopulateConvolutionQuantizationParams``) multiply the scales in double; one scale for
     the whole filter (uint8 models, and FULLY_CONNECTED: ``GetQuantizedConvolutionMultipler``) multiplies them
     in float32 first, then divides in double."""
     src, out = op.inputs[0], op.outputs[0]
-    assert src is not None
+    assert src is not None and weights is not None
     input_scale, output_scale = scale_of(src), scale_of(out)
     q = weights.quantization
     per_channel = q is not None and len(q.scale) > 1
@@ -145,14 +149,14 @@ def conv_2d(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     stride, dilation = (o["stride_h"], o["stride_w"]), (o.get("dilation_h_factor", 1), o.get("dilation_w_factor", 1))
     oh, pad_h = out_size_and_padding(o["padding"], x.shape[1], kh, stride[0], dilation[0])
     ow, pad_w = out_size_and_padding(o["padding"], x.shape[2], kw, stride[1], dilation[1])
-    offset = x.astype(np.int64) - zero_point_of(op.inputs[0])  # type: ignore[arg-type]
+    offset = x.astype(np.int64) - zero_point_of(op.inputs[0])
     patches = im2col(offset, kh, kw, stride, dilation, (pad_h, pad_w), (oh, ow))
     rows = patches.reshape(-1, kh * kw * ci)
-    filter_offset = -zero_point_of(op.inputs[1])  # type: ignore[arg-type]  # 0 for int8 weights; uint8 has one
+    filter_offset = -zero_point_of(op.inputs[1])  # 0 for int8 weights; uint8 has one
     acc = gemm(rows, w.reshape(co, -1).T.astype(np.int64) + filter_offset)
     if b is not None:
         acc = acc + b.astype(np.int64)
-    multiplier, shift = _per_channel(op, op.inputs[1], co)  # type: ignore[arg-type]
+    multiplier, shift = _per_channel(op, op.inputs[1], co)
     trace: dict[str, Any] = {"gemm": [rows.shape[0], co, rows.shape[1]], "kernel": [kh, kw], "stride": list(stride),
                              "dilation": list(dilation), "padding": [pad_h, pad_w]}
     out = _requantize(acc, op, multiplier, shift, trace)
@@ -172,14 +176,14 @@ def depthwise_conv_2d(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     stride, dilation = (o["stride_h"], o["stride_w"]), (o.get("dilation_h_factor", 1), o.get("dilation_w_factor", 1))
     oh, pad_h = out_size_and_padding(o["padding"], x.shape[1], kh, stride[0], dilation[0])
     ow, pad_w = out_size_and_padding(o["padding"], x.shape[2], kw, stride[1], dilation[1])
-    offset = x.astype(np.int64) - zero_point_of(op.inputs[0])  # type: ignore[arg-type]
+    offset = x.astype(np.int64) - zero_point_of(op.inputs[0])
     patches = im2col(offset, kh, kw, stride, dilation, (pad_h, pad_w), (oh, ow)).reshape(-1, kh * kw, ci)
     grouped = np.repeat(patches, mult, axis=2)  # [P, KH*KW, CO]: each output channel's input channel
-    filters = w.reshape(kh * kw, co).astype(np.int64) - zero_point_of(op.inputs[1])  # type: ignore[arg-type]
+    filters = w.reshape(kh * kw, co).astype(np.int64) - zero_point_of(op.inputs[1])
     acc = np.einsum("pkc,kc->pc", grouped.astype(np.float64), filters.astype(np.float64)).astype(np.int64)
     if b is not None:
         acc = acc + b.astype(np.int64)
-    multiplier, shift = _per_channel(op, op.inputs[1], co)  # type: ignore[arg-type]
+    multiplier, shift = _per_channel(op, op.inputs[1], co)
     trace: dict[str, Any] = {"gemm": [patches.shape[0], co, kh * kw], "groups": co, "kernel": [kh, kw],
                              "stride": list(stride), "dilation": list(dilation), "padding": [pad_h, pad_w],
                              "depth_multiplier": mult}
@@ -194,13 +198,13 @@ def fully_connected(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     x, w, b = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None
     assert x is not None and w is not None
     co, k = w.shape
-    rows = x.reshape(-1, k).astype(np.int64) - zero_point_of(op.inputs[0])  # type: ignore[arg-type]
-    acc = gemm(rows, (w.astype(np.int64) - zero_point_of(op.inputs[1])).T)  # type: ignore[arg-type]
+    rows = x.reshape(-1, k).astype(np.int64) - zero_point_of(op.inputs[0])
+    acc = gemm(rows, (w.astype(np.int64) - zero_point_of(op.inputs[1])).T)
     if b is not None:
         acc = acc + b.astype(np.int64)
-    multiplier, shift = _per_channel(op, op.inputs[1], co)  # type: ignore[arg-type]
-    q = op.inputs[1].quantization  # type: ignore[union-attr]
-    per_channel = q is not None and len(q.scale) > 1
+    multiplier, shift = _per_channel(op, op.inputs[1], co)
+    weights = op.inputs[1]
+    per_channel = weights is not None and weights.quantization is not None and len(weights.quantization.scale) > 1
     trace: dict[str, Any] = {"gemm": [rows.shape[0], co, k], "single_rounding": per_channel}
     out = _requantize(acc, op, multiplier, shift, trace, single_rounding=per_channel)
     shape = (*x.shape[:-1], co) if op.options.get("keep_num_dims") else (rows.shape[0], co)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,11 @@ def trace_markdown(data: Mapping[str, Any]) -> str:
 def files(model: TFLiteModel, computed: Computed) -> dict[str, bytes]:
     """The output folder's files."""
     buffer = io.BytesIO()
-    np.savez(buffer, **computed.tensors)  # type: ignore[arg-type]
+    with zipfile.ZipFile(buffer, "w") as archive:  # what np.savez writes: one .npy per tensor, keyed by name
+        for name, value in computed.tensors.items():
+            npy = io.BytesIO()
+            np.save(npy, value, allow_pickle=False)
+            archive.writestr(f"{name}.npy", npy.getvalue())
     data = trace_json(model, computed)
     return {"tensors.npz": buffer.getvalue(), "trace.json": (json.dumps(data, indent=2) + "\n").encode(),
             "trace.md": trace_markdown(data).encode()}
