@@ -46,14 +46,20 @@ class Computed:
         return {model.main.tensors[i].name: self.tensors[model.main.tensors[i].name] for i in model.main.outputs}
 
 
+def input_keys(model: TFLiteModel) -> dict[str, int]:
+    """The names an input may be given by: its tensor name, or its key in the first signature."""
+    graph = model.main
+    return {**{k: i for sig in model.signatures[:1] for k, i in sig.inputs.items()},
+            **{graph.tensors[i].name: i for i in graph.inputs}}
+
+
 def run(model: TFLiteModel | str | Path, inputs: Mapping[str, np.ndarray]) -> Computed:
     """Run the main subgraph on ``inputs`` (by input tensor name or signature key, each with the model's
     shape and dtype) and return every tensor and the trace."""
     if not isinstance(model, TFLiteModel):
         model = read_tflite(model)
     graph = model.main
-    keys = {**({k: i for sig in model.signatures[:1] for k, i in sig.inputs.items()}),
-            **{graph.tensors[i].name: i for i in graph.inputs}}
+    keys = input_keys(model)
     values: dict[int, np.ndarray] = {}
     for name, array in inputs.items():
         if name not in keys:
@@ -100,4 +106,4 @@ def run(model: TFLiteModel | str | Path, inputs: Mapping[str, np.ndarray]) -> Co
     return Computed(tensors, tuple(steps))
 
 
-__all__ = ["SUPPORTED", "Computed", "ReferenceError", "Step", "run"]
+__all__ = ["SUPPORTED", "Computed", "ReferenceError", "Step", "input_keys", "run"]

@@ -34,9 +34,16 @@ def quantize_multiplier(real: float) -> tuple[int, int]:
     return q_fixed, shift
 
 
-def _trunc_div(x: np.ndarray, divisor: int) -> np.ndarray:
+def trunc_div(x: np.ndarray, divisor: int | np.ndarray) -> np.ndarray:
     """C's integer division (towards zero), not NumPy's floor division."""
     return np.where(x >= 0, x // divisor, -((-x) // divisor))
+
+
+def round_half_away_array(x: np.ndarray) -> np.ndarray:
+    """:func:`round_half_away` of each value (``std::round`` of a float32 quotient), in float64 so that adding
+    the half is exact (in float32, 0.49999997 + 0.5 would already round up to 1)."""
+    wide = np.asarray(x, dtype=np.float64)
+    return np.where(wide >= 0, np.floor(wide + 0.5), -np.floor(-wide + 0.5)).astype(np.int64)
 
 
 def saturating_rounding_doubling_high_mul(a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray:
@@ -47,7 +54,7 @@ def saturating_rounding_doubling_high_mul(a: np.ndarray | int, b: np.ndarray | i
     b64 = np.asarray(b, dtype=np.int64)
     ab = a64 * b64
     nudge = np.where(ab >= 0, 1 << 30, 1 - (1 << 30))
-    high = _trunc_div(ab + nudge, 1 << 31)
+    high = trunc_div(ab + nudge, 1 << 31)
     overflow = (a64 == INT32_MIN) & (b64 == INT32_MIN)
     return np.where(overflow, INT32_MAX, high).astype(np.int64)
 

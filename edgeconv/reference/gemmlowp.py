@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .fixedpoint import INT32_MAX, INT32_MIN, rounding_divide_by_pot, saturating_rounding_doubling_high_mul
+from .fixedpoint import INT32_MAX, INT32_MIN, rounding_divide_by_pot, saturating_rounding_doubling_high_mul, trunc_div
 
 srdhm = saturating_rounding_doubling_high_mul  # the product of two fixed-point numbers: raw of Q(a + b)
 
@@ -33,9 +33,7 @@ def rescale(x: np.ndarray, src_integer_bits: int, dst_integer_bits: int) -> np.n
 def rounding_half_sum(a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
     """``RoundingHalfSum``: ``(a + b) / 2`` rounded away from zero, in 64 bits."""
     total = np.asarray(a, np.int64) + np.asarray(b, np.int64)
-    sign = np.where(total >= 0, 1, -1)
-    nudged = total + sign
-    return np.where(nudged >= 0, nudged // 2, -((-nudged) // 2))
+    return trunc_div(total + np.where(total >= 0, 1, -1), 2)
 
 
 def exp_on_interval_between_negative_one_quarter_and_0_excl(a: np.ndarray) -> np.ndarray:
@@ -75,16 +73,21 @@ def exp_on_negative_values(a: np.ndarray, integer_bits: int) -> np.ndarray:
     return np.where(a == 0, INT32_MAX, result)
 
 
-def one_over_one_plus_x_for_x_in_0_1(a: np.ndarray) -> np.ndarray:
-    """1 / (1 + a) for a in [0, 1) in Q0.31: three Newton-Raphson steps from 48/17 - 32/17 * d (Q2.29)."""
+def _reciprocal_of_half_denominator(a: np.ndarray) -> np.ndarray:
+    """x ~ 1 / d for d = (1 + a) / 2 (a in [0, 1) in Q0.31), in Q2.29: three Newton-Raphson steps from
+    48/17 - 32/17 * d, as gemmlowp's two divisions share them."""
     half_denominator = rounding_half_sum(a, INT32_MAX)
     x = _wrap(srdhm(half_denominator, -1010580540) + 1515870810)  # 48/17 and -32/17 in Q2.29
     one = 1 << 29
     for _ in range(3):
-        half_denominator_times_x = srdhm(half_denominator, x)
-        one_minus = _wrap(one - half_denominator_times_x)
+        one_minus = _wrap(one - srdhm(half_denominator, x))
         x = _wrap(x + rescale(srdhm(x, one_minus), 4, 2))
-    return rescale(x, 1, 0)  # ExactMulByPot<-1> (Q2 -> Q1, raw unchanged), then to Q0
+    return x
+
+
+def one_over_one_plus_x_for_x_in_0_1(a: np.ndarray) -> np.ndarray:
+    """1 / (1 + a) for a in [0, 1) in Q0.31: half the reciprocal of the half denominator."""
+    return rescale(_reciprocal_of_half_denominator(a), 1, 0)  # ExactMulByPot<-1>: Q2 -> Q1, raw unchanged
 
 
 def count_leading_zeros(x: np.ndarray) -> np.ndarray:
@@ -105,14 +108,8 @@ def get_reciprocal(x: np.ndarray, x_integer_digits: int) -> tuple[np.ndarray, np
 
 
 def one_minus_x_over_one_plus_x_for_x_in_0_1(a: np.ndarray) -> np.ndarray:
-    """(1 - a) / (1 + a) for a in [0, 1) in Q0.31: the Newton-Raphson reciprocal (Q2.29), minus one."""
-    half_denominator = rounding_half_sum(a, INT32_MAX)
-    x = _wrap(srdhm(half_denominator, -1010580540) + 1515870810)
-    one = 1 << 29
-    for _ in range(3):
-        one_minus = _wrap(one - srdhm(half_denominator, x))
-        x = _wrap(x + rescale(srdhm(x, one_minus), 4, 2))
-    return rescale(_wrap(x - one), 2, 0)
+    """(1 - a) / (1 + a) for a in [0, 1) in Q0.31: the reciprocal of the half denominator, minus one."""
+    return rescale(_wrap(_reciprocal_of_half_denominator(a) - (1 << 29)), 2, 0)
 
 
 def logistic(a: np.ndarray, integer_bits: int) -> np.ndarray:

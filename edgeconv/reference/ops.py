@@ -21,9 +21,10 @@ from .fixedpoint import (
     multiply_by_quantized_multiplier,
     multiply_by_quantized_multiplier_single_rounding,
     quantize_multiplier,
-    round_half_away,
+    round_half_away_array,
     rounding_divide_by_pot,
     saturating_rounding_doubling_high_mul,
+    trunc_div,
 )
 
 Arrays = list[np.ndarray | None]
@@ -300,10 +301,7 @@ def average_pool_2d(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
         total = np.where(inside, values, 0).sum(axis=(3, 4))
         count = inside.sum(axis=(3, 4))
         half = count // 2
-        up = (total + half) // count
-        down = -((-(total - half)) // count)  # C division rounds towards zero
-        rounded: np.ndarray = np.where(total > 0, up, down)
-        return rounded
+        return trunc_div(np.where(total > 0, total + half, total - half), count)
 
     return _pool(op, x, average)
 
@@ -336,7 +334,7 @@ def concatenation(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
         s = np.float32(scale_of(t)) * (np.float32(1.0) / np.float32(scale_of(out)))
         shift = np.float32(-zero_point_of(t)) * s
         real = x.astype(np.float32) * s + shift
-        parts.append(np.vectorize(lambda v: round_half_away(float(v)), otypes=[np.int64])(real) + zero_point_of(out))
+        parts.append(round_half_away_array(real) + zero_point_of(out))
     axis = op.options.get("axis", 0)
     low, high = LIMITS[out.dtype.value]
     result, clipped = _clamp(np.concatenate(parts, axis=axis), low, high, out.dtype.value)
@@ -358,9 +356,8 @@ def quantize(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     assert x is not None and src is not None
     low, high = LIMITS[out.dtype.value]
     if x.dtype == np.float32:
-        scaled = x / np.float32(scale_of(out))
-        rounded = np.where(scaled >= 0, np.floor(scaled + np.float32(0.5)), -np.floor(-scaled + np.float32(0.5)))
-        result, clipped = _clamp(rounded.astype(np.int64) + zero_point_of(out), low, high, out.dtype.value)
+        rounded = round_half_away_array(x / np.float32(scale_of(out)))
+        result, clipped = _clamp(rounded + zero_point_of(out), low, high, out.dtype.value)
         return [result], {"scale": scale_of(out), "zero_point": zero_point_of(out), "clamped": clipped}
     m, s = quantize_multiplier(scale_of(src) / scale_of(out))
     scaled = multiply_by_quantized_multiplier(x.astype(np.int64) - zero_point_of(src), m, s) + zero_point_of(out)
@@ -573,19 +570,13 @@ def resize_nearest_neighbor(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> R
         scale = (np.float32(in_size - 1) / np.float32(out_size - 1) if align and out_size > 1
                  else np.float32(in_size) / np.float32(out_size))
         where = (np.arange(out_size, dtype=np.float32) + np.float32(0.5 if half else 0.0)) * scale
-        picked = (np.where(where >= 0, np.floor(where + np.float32(0.5)), -np.floor(-where + np.float32(0.5)))
-                  if align else np.floor(where)).astype(np.int64)
+        picked = round_half_away_array(where) if align else np.floor(where).astype(np.int64)
         picked = np.minimum(picked, in_size - 1)
         at_least_zero: np.ndarray = np.maximum(picked, 0) if half else picked
         return at_least_zero
 
     rows, cols = nearest(out_h, x.shape[1]), nearest(out_w, x.shape[2])
     return [x[:, rows][:, :, cols]], {"rows": rows.tolist(), "cols": cols.tolist()}
-
-
-def _c_div(x: np.ndarray, d: int) -> np.ndarray:
-    """C's integer division (towards zero)."""
-    return np.where(x >= 0, x // d, -((-x) // d))
 
 
 def resize_bilinear(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
@@ -604,8 +595,8 @@ def resize_bilinear(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
             scale_10 = ((1 << 10) * (in_size - 1) + (out_size - 1) // 2) // (out_size - 1)
         v = np.arange(out_size, dtype=np.int64)
         scaled = v * scale_10 + scale_10 // 2 - (1 << 9) if half else v * scale_10
-        lower = np.maximum(_c_div(scaled, 1 << 10), 0)
-        upper = np.minimum(_c_div(scaled + (1 << 10) - 1, 1 << 10), in_size - 1)
+        lower = np.maximum(trunc_div(scaled, 1 << 10), 0)
+        upper = np.minimum(trunc_div(scaled + (1 << 10) - 1, 1 << 10), in_size - 1)
         return scaled, lower, upper
 
     ys, y0, y1 = axis(out_h, in_h)
@@ -616,7 +607,7 @@ def resize_bilinear(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     rl, ru = x[:, y0][:, :, x1], x[:, y1][:, :, x1]
     out_20 = (ll * ((1 << 10) - dy) * ((1 << 10) - dx) + lu * dy * ((1 << 10) - dx)
               + rl * ((1 << 10) - dy) * dx + ru * dy * dx)
-    rounded = _c_div(out_20 + np.where(out_20 > 0, 1 << 19, -(1 << 19)), 1 << 20)
+    rounded = trunc_div(out_20 + np.where(out_20 > 0, 1 << 19, -(1 << 19)), 1 << 20)
     return [rounded.astype(op.outputs[0].dtype.value)], {"align_corners": align, "half_pixel_centers": half}
 
 

@@ -14,8 +14,8 @@ import numpy as np
 
 from ..converters.tflite_reader import TFLiteModel
 from ..errors import DataError, rel
-from . import Computed
-from .fixedpoint import round_half_away
+from . import Computed, input_keys
+from .fixedpoint import round_half_away_array
 
 
 def read_inputs(path: Path, model: TFLiteModel, sample: int) -> dict[str, np.ndarray]:
@@ -30,8 +30,7 @@ def read_inputs(path: Path, model: TFLiteModel, sample: int) -> dict[str, np.nda
     except (ValueError, OSError, EOFError) as exc:
         raise DataError(f"{rel(path)}: not a readable .npz ({exc})") from None
     graph = model.main
-    keys = {**({k: i for sig in model.signatures[:1] for k, i in sig.inputs.items()}),
-            **{graph.tensors[i].name: i for i in graph.inputs}}
+    keys = input_keys(model)
     feeds: dict[str, np.ndarray] = {}
     for name, array in arrays.items():
         if name not in keys:
@@ -48,9 +47,8 @@ def read_inputs(path: Path, model: TFLiteModel, sample: int) -> dict[str, np.nda
             q = t.quantization
             assert q is not None
             info = np.iinfo(t.dtype.value)
-            quantized = [round_half_away(float(np.float32(v) / np.float32(q.scale[0]))) + q.zero_point[0]
-                         for v in x.reshape(-1)]
-            x = np.clip(np.array(quantized, np.int64), info.min, info.max).reshape(x.shape)
+            quantized = round_half_away_array(x.astype(np.float32) / np.float32(q.scale[0])) + q.zero_point[0]
+            x = np.clip(quantized, info.min, info.max)
         feeds[t.name] = x.astype(t.dtype.value)
     return feeds
 
