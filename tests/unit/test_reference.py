@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -245,3 +246,29 @@ def test_the_command_refuses_bad_inputs_and_writes_nothing(tmp_path: Path, monke
     assert main(argv) == 2
     assert error in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def _pickled_npz(path: Path) -> None:
+    np.savez(path, input=np.array([{"__reduce__": "os.system"}], dtype=object))
+
+
+@pytest.mark.parametrize(("make", "error"), [
+    (_pickled_npz, "x.npz: not a readable .npz (Object arrays cannot be loaded when allow_pickle=False)"),
+    (lambda p: p.write_bytes(b"\x80\x04K\x01."), "x.npz: not a readable .npz (This file contains pickled (object) "
+                                                  "data."),
+    (lambda p: p.write_bytes(b""), "x.npz: not a readable .npz"),
+    (lambda p: p.symlink_to("/dev/zero"), "x.npz"),
+])
+def test_hostile_inputs_run_no_code_and_write_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str], make: Any,
+                                                      error: str) -> None:
+    """An .npz from a pull request: a pickled object array, a bare pickle, an empty file, a device behind a
+    link. Nothing is unpickled (allow_pickle=False), the answer is exit 2 naming the file, nothing is written."""
+    from edgeconv.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    make(tmp_path / "x.npz")
+    assert main(["reference", str(MOBILENET), "--inputs", "x.npz", "--out", "ref"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"edgeconv: error: {error}") and len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.npz"]
