@@ -20,6 +20,7 @@ from . import report_model as rm
 from . import verdict
 from .errors import rel
 from .exit_codes import WORDS
+from .report import first_cause
 
 _PROBLEM = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+): (?P<message>.*)$")
 EXIT_WORDS = WORDS  # exit code -> word, from the one table (edgeconv.exit_codes)
@@ -187,6 +188,10 @@ def workflow_commands(outcomes: Sequence[Outcome]) -> list[str]:
                 title = _escape_property(f"edgeconv {c['kind']} ({o.name})")
                 out.append(f"::{level[c['outcome']]} file={_escape_property(rel(o.pipeline))},title={title}::"
                            f"{_escape(c['sentence'])}")
+        why = first_cause(o.report)
+        if why is not None:
+            out.append(f"::error file={_escape_property(rel(o.pipeline))},"
+                       f"title={_escape_property(f'edgeconv diagnosis ({o.name})')}::{_escape(why)}")
     return out
 
 

@@ -239,7 +239,7 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     clock.lap_then("invoke", "measuring parity")
     verification = Verification() if runs["failed"] else verification_stage(
         config, loaded, cleaned.reference, converted, data, suggest_keep_float=suggest_keep_float, progress=progress,
-        limits=limits, targets=targets, clock=clock, work=work, repaired=repaired is not None)
+        limits=limits, targets=targets, clock=clock, work=work, repaired=repaired is not None, findings=warnings)
     clock.lap("verify")
     rebuild = repaired_pipeline(config, verification, warnings, time.perf_counter() - clock.start)
     if rebuild is not None:
@@ -278,7 +278,7 @@ def _finish(config: PipelineConfig, out_dir: Path, targets: list[Target], work: 
         quantization=quantization_json(config, out_dir, data.calib if config.calibration is not None else None,
                                        s.warnings, targets),
         evaluation=data_json(data.evaluation, out_dir) if data.evaluation is not None else None,
-        parity=s.verification.parity, culprits=s.verification.culprits,
+        parity=s.verification.parity, culprits=s.verification.culprits, diagnosis=s.verification.diagnosis,
         keep_float_suggestion=s.verification.keep_float_suggestion, repair=found, invoke=s.runs,
         onnx=onnx.section if onnx is not None else None, timings=clock.to_json())
     if baseline is not None:

@@ -234,7 +234,34 @@ def console_lines(report: rm.Report) -> list[str]:
         lines.append(f"time: {stages} (total {timings['total_s']:.1f} s)")
     lines.append(f"gate: {gate['verdict'].upper()}")
     lines += [f"  - {reason}" for reason in gate["reasons"]]
+    why = first_cause(report)
+    if why is not None:
+        lines.append(f"  {why}")
     return lines
+
+
+def first_cause(report: rm.Report) -> str | None:
+    """The diagnosis' first cause in one line (the console's FAIL lines, the annotations)."""
+    found = report.get("diagnosis")
+    if not found or not found["causes"]:
+        return None
+    c = found["causes"][0]
+    more = len(found["causes"]) - 1
+    return (f"cause ({c['id']}): {c['sentence']}; fix: {c['fix']}"
+            + (f" ({more} more in report.md)" if more else ""))
+
+
+def diagnosis_markdown(found: rm.Diagnosis | None) -> list[str]:
+    if not found:
+        return []
+    lines = ["## Why the gates fail", "",
+             f"The causes of {', '.join(f'`{f}`' for f in found['failed'])}, ranked: confirmed ones first (an "
+             "input's quantization alone gives at least half the INT8 model's error, or the tensor's op is among the 3 "
+             "that add the most error), then the op that adds the most error, then what was found but not "
+             "confirmed.", "", "| rank | cause | confirmed | what | fix |", "|---|---|---|---|---|"]
+    lines += [f"| {c['rank']} | `{c['id']}` | {'yes' if c['confirmed'] else 'no'} | {_esc(c['sentence'])} | "
+              f"{_esc(c['fix'])} |" for c in found["causes"]]
+    return [*lines, ""]
 
 
 def dumps(report: rm.Report) -> str:
@@ -432,6 +459,7 @@ def verification_markdown(report: rm.Report) -> list[str]:
                       f".tflite {acc['tflite_float']:.2%}, built {acc['built']:.2%}: **drop "
                       f"{acc['drop']['built']:.2%}**."]
         lines.append("")
+    lines += diagnosis_markdown(report.get("diagnosis"))
     culprits = report.get("culprits")
     if culprits:
         lines += ["## Where the quantization error comes from", "",

@@ -155,7 +155,7 @@ class Data(TypedDict):
 
 class DataFinding(TypedDict):
     check: Annotated[str, OneOf(("min_samples", "constant", "noise", "range_mismatch", "expected_range",
-                                 "input_quantization", "activation_range"))]
+                                 "input_quantization", "activation_range", "imposed_range"))]
     input: str | None
     message: str
     severe: NotRequired[Annotated[bool, Doc("Known to ruin an INT8 model: fails the build by default")]]
@@ -252,6 +252,28 @@ class RepairTrial(TypedDict):
 class RepairCause(TypedDict):
     failed: list[str]
     findings: list[DataFinding]
+
+
+class Cause(TypedDict):
+    rank: Annotated[int, Min(1)]
+    id: Annotated[str, OneOf(("calibration_data", "input_resolution", "index_input", "imposed_range",
+                              "calibration_coverage", "op_error")), Doc("What kind of cause (README \"Why a build "
+                                                                        "fails\")")]
+    confirmed: Annotated[bool, Doc(
+        "Measured to explain the failure: the input's quantization alone gives at least half of the INT8 model's "
+        "error, the calibration data has a severe finding, or the tensor's op is among the 3 that add the most "
+        "error. Unconfirmed causes come last.")]
+    sentence: str
+    fix: str
+    subject: Annotated[str | None, Doc("The input or tensor the cause is about")]
+    source_layers: list[str]
+    evidence: Annotated[dict[str, Any], Doc("The numbers behind the sentence")]
+
+
+class Diagnosis(TypedDict):
+    failed: Annotated[list[str], Doc("The ids of the agreement and accuracy checks that failed")]
+    causes: Annotated[list[Cause], Doc("Ranked: confirmed causes first, then the op that adds the most error, "
+                                       "then what was found but not confirmed")]
 
 
 class Repair(TypedDict):
@@ -467,6 +489,8 @@ class Report(TypedDict):
     culprits: NotRequired[Annotated[list[Culprit] | None, Doc("Quantized ops that add the most error, worst "
                                                               "first.")]]
     keep_float_suggestion: NotRequired[KeepFloatSuggestion | None]
+    diagnosis: NotRequired[Annotated[Diagnosis | None, Doc(
+        "Why the agreement or accuracy gates failed, causes ranked with their evidence; null when they pass.")]]
     repair: NotRequired[Annotated[Repair | None, Doc(
         "The search for a quantization that passes the gates (repair.enabled, build --repair): every trial, the "
         "one the output is built with; null when no search ran.")]]

@@ -112,7 +112,8 @@ def assemble(config: PipelineConfig, out_dir: Path, *, model: rm.ModelSection, t
              overlays: Mapping[str, bytes], passes: list[rm.PassSection] | None = None,
              equivalence: rm.Equivalence | None = None, quantization: rm.Quantization | None = None,
              evaluation: rm.Data | None = None, parity: rm.Parity | None = None,
-             culprits: list[rm.Culprit] | None = None, keep_float_suggestion: rm.KeepFloatSuggestion | None = None,
+             culprits: list[rm.Culprit] | None = None, diagnosis: rm.Diagnosis | None = None,
+             keep_float_suggestion: rm.KeepFloatSuggestion | None = None,
              repair: rm.Repair | None = None, invoke: rm.Invoke | None = None, onnx: rm.Onnx | None = None,
              timings: rm.Timings | None = None) -> rm.Report:
     """The report, the one place it is put together (a build, or the checks of an existing .tflite): the
@@ -132,6 +133,7 @@ def assemble(config: PipelineConfig, out_dir: Path, *, model: rm.ModelSection, t
         "firmware": firmware,
         "parity": parity,
         "culprits": culprits,
+        "diagnosis": diagnosis,
         "keep_float_suggestion": keep_float_suggestion,
         "repair": repair,
         "invoke": invoke,

@@ -40,6 +40,13 @@ class DataWarning:
     input: str | None
     message: str
     severe: bool = False  # known to ruin an INT8 model: fails the build by default
+    advice: str = ""  # the end of the message that says what to do
+
+    @property
+    def statement(self) -> str:
+        """The message without its advice: what was found."""
+        return self.message[:-len(self.advice) - 2] if self.advice and self.message.endswith(self.advice) \
+            else self.message
 
     def to_json(self) -> rm.DataFinding:
         return {"check": self.check, "input": self.input, "message": self.message, "severe": self.severe}
@@ -139,29 +146,137 @@ def _percentile_range(data: SampleSet, name: str, percentile: float) -> tuple[fl
 CLIPS = 0.001  # more of a tensor's evaluation values than this beyond its quantized range: a finding
 ACTIVATION_SAMPLES = 200  # evaluation samples the intermediate ranges are measured on (the first ones)
 _LIMITS = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}
+# Ops whose quantized inputs and output share one scale and zero point: the converter gives each of these
+# tensors one range for all (the widest, or the output's), whatever each one's own values need.
+SHARED_RANGE_OPS = frozenset({
+    "CONCATENATION", "MAXIMUM", "MINIMUM", "PACK", "UNPACK", "SPLIT", "SPLIT_V", "RESHAPE", "SQUEEZE",
+    "EXPAND_DIMS", "TRANSPOSE", "PAD", "PADV2", "MAX_POOL_2D", "SLICE", "STRIDED_SLICE", "GATHER", "TILE",
+    "BATCH_TO_SPACE_ND", "SPACE_TO_BATCH_ND", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH", "REDUCE_MAX", "REDUCE_MIN",
+    "RESIZE_NEAREST_NEIGHBOR", "BROADCAST_TO", "REVERSE_V2", "SELECT", "SELECT_V2"})
+# A tensor that uses fewer levels than this of a range it shares, where another tensor of the group uses
+# IMPOSER_LEVELS or more, has lost its resolution to the shared range.
+IMPOSED_LEVELS = 16
+IMPOSER_LEVELS = 128
 
 
 def clipping(counts: Mapping[str, tuple[float, float]], percentile: float | None) -> list[tuple[float, str]]:
     """The tensors whose share of clipped values (``counts``: clipped, all) is past what the ranges allow
     (CLIPS, plus ``100 - percentile`` % on each side when the ranges are percentiles), largest share first."""
-    limit = CLIPS + (2 * (100.0 - percentile) / 100.0 if percentile is not None else 0.0)
+    limit = _clip_limit(percentile)
     return sorted(((out / n, name) for name, (out, n) in counts.items() if n and out / n > limit), reverse=True)
 
 
-def activation_warnings(float_tflite: bytes, model: TFLiteModel, evaluation: SampleSet, batch: int,
-                        listed: int = 3, percentile: float | None = None) -> list[DataWarning]:
-    """Do the built model's intermediate tensors hold what they carry on the evaluation data? Each quantized
-    op output of ``model`` is compared with the same tensor of the float .tflite run on the evaluation
-    samples: values beyond the range the calibration gave it clip, in int8 and int16 alike. The model's
-    inputs are checked by :func:`quantization_warnings`; here the tensors inside (a layer whose range the
-    calibration data does not reach, while its inputs' ranges look fine). With ``percentile`` the ranges clip
-    up to ``100 - percentile`` % of the values on each side by design: only more than that is a finding."""
+def _clip_limit(percentile: float | None) -> float:
+    return CLIPS + (2 * (100.0 - percentile) / 100.0 if percentile is not None else 0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Span:
+    """A quantized op output: the float range its levels cover (one level past each end), its scale."""
+
+    lo: float
+    hi: float
+    dtype: str
+    scale: float
+    zero_point: int
+
+    @property
+    def ends(self) -> tuple[float, float]:
+        """The lowest and highest value it represents."""
+        return self.lo + self.scale, self.hi - self.scale
+
+
+class _Ranges:
+    """Per tensor, over the samples run so far: min, max, values beyond its span, values seen."""
+
+    def __init__(self, spans: Mapping[str, _Span]) -> None:
+        self.spans = spans
+        self.seen: dict[str, list[float]] = {name: [np.inf, -np.inf, 0.0, 0.0] for name in spans}
+        self.samples = 0
+
+    def add(self, name: str, v: np.ndarray) -> None:
+        span, s = self.spans[name], self.seen[name]
+        s[0], s[1] = min(s[0], float(v.min())), max(s[1], float(v.max()))
+        s[2] += float(np.count_nonzero((v < span.lo) | (v > span.hi)))
+        s[3] += v.size
+
+    def share(self, name: str) -> float:
+        s = self.seen[name]
+        return s[2] / s[3] if s[3] else 0.0
+
+    def levels(self, name: str) -> float:
+        """How many quantization levels the values seen span."""
+        s = self.seen[name]
+        return (s[1] - s[0]) / self.spans[name].scale if s[3] else 0.0
+
+
+def _run_float(float_tflite: bytes, names: Mapping[str, _Span], data: SampleSet, batch: int) -> _Ranges:
+    """The float .tflite on the first ACTIVATION_SAMPLES samples of ``data``, every tensor named kept."""
     from ..verify.runner import TFLiteRunner
 
+    runner = TFLiteRunner(float_tflite, keep_tensors=True)
+    where = {t.name: t.index for t in runner.model.main.tensors if t.name in names}
+    ranges = _Ranges({name: names[name] for name in where})
+    for feeds in data.batches(batch):
+        if ranges.samples >= ACTIVATION_SAMPLES:
+            break
+        runner.run(feeds)
+        ranges.samples += batch
+        for name, index in where.items():
+            ranges.add(name, runner.interpreter.get_tensor(index))
+    ranges.samples = min(ranges.samples, data.count)
+    return ranges
+
+
+def shared_range_groups(model: TFLiteModel) -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+    """Per tensor that shares its quantization with others through SHARED_RANGE_OPS: the tensors of its group
+    and the op types that join them."""
+    parent: dict[str, str] = {}
+
+    def find(a: str) -> str:
+        while parent.setdefault(a, a) != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    joined: list[tuple[str, str, str]] = []
+    for op in model.main.ops:
+        if op.type not in SHARED_RANGE_OPS:
+            continue
+        ends = [t for t in (*op.inputs, *op.outputs) if t is not None and not t.constant and t.quantization is not None
+                and t.quantization.scale and not t.quantization.per_axis and t.dtype.value in _LIMITS]
+        out = [t for t in op.outputs if t in ends]
+        for o in out:
+            for t in ends:
+                if t is not o and t.quantization == o.quantization:
+                    joined.append((t.name, o.name, op.type))
+                    parent[find(t.name)] = find(o.name)
+    members: dict[str, set[str]] = {}
+    for name in parent:
+        members.setdefault(find(name), set()).add(name)
+    ops: dict[str, set[str]] = {}
+    for a, _, kind in joined:
+        ops.setdefault(find(a), set()).add(kind)
+    return {name: (frozenset(members[find(name)]), frozenset(ops[find(name)])) for name in parent}
+
+
+def activation_warnings(float_tflite: bytes, model: TFLiteModel, evaluation: SampleSet, batch: int,
+                        listed: int = 3, percentile: float | None = None,
+                        calibration: SampleSet | None = None) -> list[DataWarning]:
+    """Do the built model's intermediate tensors hold what they carry on the evaluation data? Each quantized
+    op output of ``model`` is compared with the same tensor of the float .tflite run on the evaluation
+    samples. Values beyond the range the built model gives it clip, in int8 and int16 alike: a tensor whose
+    own calibration values fit that range but whose evaluation values do not is a coverage finding
+    (``activation_range``: calibrate on data like the evaluation data); one whose calibration values clip too
+    was given its range from another tensor (ops that share quantization parameters: ``imposed_range``, the
+    tensor that imposes it named), as is one that uses fewer than IMPOSED_LEVELS levels of a range another
+    tensor of its group fills. The model's inputs are checked by :func:`quantization_warnings`, the outputs
+    by parity. With ``percentile`` the ranges clip up to ``100 - percentile`` % of the values on each side by
+    design: only more than that is a finding."""
     # The inputs' quantized views are quantization_warnings' to check; the outputs are what parity measures.
     elsewhere = {v.index for i in model.main.inputs if (v := _quantized_view(model, i)) is not None}
     elsewhere |= set(model.main.outputs)
-    spans: dict[str, tuple[float, float, str]] = {}
+    spans: dict[str, _Span] = {}
     for op in model.main.ops:
         for t in op.outputs:
             if t is None or t.index in elsewhere or t.dtype.value not in _LIMITS:
@@ -170,40 +285,99 @@ def activation_warnings(float_tflite: bytes, model: TFLiteModel, evaluation: Sam
             if q is None or q.per_axis or not q.scale:
                 continue
             (qmin, qmax), zero = _LIMITS[t.dtype.value], (q.zero_point[0] if q.zero_point else 0)
-            spans[t.name] = ((qmin - zero - 0.5) * q.scale[0], (qmax - zero + 0.5) * q.scale[0], t.dtype.value)
-    runner = TFLiteRunner(float_tflite, keep_tensors=True)
-    where = {t.name: t.index for t in runner.model.main.tensors if t.name in spans}
-    if not where:
+            # A value within one level past an end is off by less than two roundings (a saturated TANH's 1.0
+            # against its fixed range's 127/128): only values beyond that clip.
+            spans[t.name] = _Span((qmin - zero - 1) * q.scale[0], (qmax - zero + 1) * q.scale[0],
+                                  t.dtype.value, q.scale[0], zero)
+    if not spans:
         return []
-    seen: dict[str, list[float]] = {name: [np.inf, -np.inf, 0.0, 0.0] for name in where}  # min, max, out, all
-    done = 0
-    for feeds in evaluation.batches(batch):
-        if done >= ACTIVATION_SAMPLES:
-            break
-        runner.run(feeds)
-        done += batch
-        for name, index in where.items():
-            v = runner.interpreter.get_tensor(index)
-            lo, hi, _ = spans[name]
-            s = seen[name]
-            s[0], s[1] = min(s[0], float(v.min())), max(s[1], float(v.max()))
-            s[2] += float(np.count_nonzero((v < lo) | (v > hi)))
-            s[3] += v.size
-    clipped = clipping({name: (s[2], s[3]) for name, s in seen.items()}, percentile)
-    out = []
-    for share, name in clipped[:listed]:
-        lo, hi, dtype = spans[name]
-        s = seen[name]
-        out.append(DataWarning(
-            "activation_range", name,
-            f"tensor {name!r} reaches {_fmt(s[0], s[1])} on {min(done, evaluation.count)} evaluation samples, but "
-            f"the calibration gave its {dtype} range {_fmt(lo, hi)}: {share:.1%} of its values clip (in int8 and "
-            "int16 alike); calibrate on data that reaches the evaluation data's range (more samples, or samples "
-            "drawn like the evaluation data)"))
-    if len(clipped) > listed:
-        out.append(DataWarning("activation_range", None, f"{len(clipped) - listed} more intermediate tensor(s) clip "
+    seen = _run_float(float_tflite, spans, evaluation, batch)
+    groups = {name: g for name, g in shared_range_groups(model).items() if name in seen.spans}
+    clipped = clipping({name: (s[2], s[3]) for name, s in seen.seen.items()}, percentile)
+    own = None
+    if clipped and calibration is not None:  # were these ranges set by the tensors' own calibration values?
+        asked = {name for _, name in clipped} | {m for _, name in clipped for m in groups.get(name, ((), ()))[0]}
+        own = _run_float(float_tflite, {n: spans[n] for n in asked if n in spans}, calibration, batch)
+    limit = _clip_limit(percentile)
+    coverage, imposed = [], []
+    for share, name in clipped:
+        if own is not None and name in own.seen and own.share(name) > limit:
+            imposed.append(_imposed_clip(name, share, seen, own, groups.get(name), limit))
+        else:
+            coverage.append(_coverage(name, share, seen, evaluation.count))
+    imposed += _imposed_resolution(seen, groups, {name for _, name in clipped})
+    out = coverage[:listed]
+    if len(coverage) > listed:
+        out.append(DataWarning("activation_range", None, f"{len(coverage) - listed} more intermediate tensor(s) clip "
                                "on the evaluation data (the report's per-op SQNR shows where it costs)"))
+    out += imposed[:listed]
+    if len(imposed) > listed:
+        out.append(DataWarning("imposed_range", None, f"{len(imposed) - listed} more intermediate tensor(s) have a "
+                               "range the converter took from another tensor"))
     return out
+
+
+_COVERAGE_ADVICE = ("calibrate on data that reaches the evaluation data's range (more samples, or samples drawn like "
+                    "the evaluation data)")
+_IMPOSED_ADVICE = ("keep the op that joins them in float (quantization.keep_float) or bring the tensors it joins to "
+                   "similar ranges before it")
+
+
+def _coverage(name: str, share: float, seen: _Ranges, count: int) -> DataWarning:
+    span, s = seen.spans[name], seen.seen[name]
+    return DataWarning(
+        "activation_range", name,
+        f"tensor {name!r} reaches {_fmt(s[0], s[1])} on {min(seen.samples, count)} evaluation samples, but "
+        f"the calibration gave its {span.dtype} range {_fmt(*span.ends)}: {share:.1%} of its values clip (in "
+        f"int8 and int16 alike); {_COVERAGE_ADVICE}", advice=_COVERAGE_ADVICE)
+
+
+def _imposer(name: str, ranges: _Ranges, group: tuple[frozenset[str], frozenset[str]] | None,
+             limit: float) -> str | None:
+    """The tensor of ``name``'s group whose own values the shared range fits: none clip and they span the most
+    levels."""
+    if group is None:
+        return None
+    fits = [m for m in group[0] if m != name and m in ranges.seen and ranges.share(m) <= limit]
+    return max(fits, key=lambda m: (ranges.levels(m), m), default=None)
+
+
+def _shared_by(group: tuple[frozenset[str], frozenset[str]] | None) -> str:
+    return f" through {', '.join(sorted(group[1]))}" if group is not None else ""
+
+
+def _imposed_clip(name: str, share: float, seen: _Ranges, own: _Ranges,
+                  group: tuple[frozenset[str], frozenset[str]] | None, limit: float) -> DataWarning:
+    span, s = seen.spans[name], seen.seen[name]
+    by = _imposer(name, own, group, limit)
+    source = (f"the converter gave it the range of {by!r}, which shares its quantization{_shared_by(group)}" if by
+              else "the converter did not take its range from its own calibration values")
+    return DataWarning(
+        "imposed_range", name,
+        f"tensor {name!r} reaches {_fmt(s[0], s[1])} but its {span.dtype} range is {_fmt(*span.ends)}: "
+        f"{share:.1%} of its evaluation values and {own.share(name):.1%} of its calibration values clip, so more "
+        f"calibration data cannot fix it; {source}; {_IMPOSED_ADVICE}", advice=_IMPOSED_ADVICE)
+
+
+def _imposed_resolution(seen: _Ranges, groups: Mapping[str, tuple[frozenset[str], frozenset[str]]],
+                        clipped: set[str]) -> list[DataWarning]:
+    """Tensors that use fewer than IMPOSED_LEVELS levels of a range another tensor of their group fills."""
+    out = []
+    for name in sorted(seen.spans):
+        if name in clipped or name not in groups or not seen.seen[name][3]:
+            continue
+        used = seen.levels(name)
+        members = [m for m in groups[name][0] if m in seen.spans and seen.seen[m][3]]
+        by = max(members, key=lambda m: (seen.levels(m), m))
+        if used >= IMPOSED_LEVELS or seen.levels(by) < IMPOSER_LEVELS:
+            continue
+        span, s, b = seen.spans[name], seen.seen[name], seen.seen[by]
+        out.append(DataWarning(
+            "imposed_range", name,
+            f"tensor {name!r} spans {_fmt(s[0], s[1])}, {used:.3g} of its {span.dtype} levels (scale "
+            f"{span.scale:.4g}): the converter gave it the range of {by!r} ({_fmt(b[0], b[1])}), which shares its "
+            f"quantization{_shared_by(groups[name])}; {_IMPOSED_ADVICE}", advice=_IMPOSED_ADVICE))
+    return sorted(out, key=lambda w: seen.levels(w.input or ""))
 
 
 def _quantized_view(model: TFLiteModel, index: int) -> Any:

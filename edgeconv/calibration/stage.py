@@ -90,7 +90,7 @@ def quantization_findings(model: TFLiteModel, float_tflite: bytes | None, data: 
                                   percentile=q.range_percentile)
     if float_tflite is not None and data.evaluation is not None and q.mode.calibrated:
         found += activation_warnings(float_tflite, model, data.evaluation, batch,
-                                     percentile=q.range_percentile)
+                                     percentile=q.range_percentile, calibration=data.calib)
     for w in found:
         log.warning("calibration: %s", w.message)
     return found

@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import report_model as rm
 from .. import verdict
-from ..calibration.checks import quantization_warnings
+from ..calibration.checks import DataWarning, quantization_warnings
 from ..calibration.config import CalibrationConfig
 from ..calibration.samples import Progress, SampleSet
 from ..clock import Clock
@@ -38,6 +38,7 @@ class Verification:
     keep_float_suggestion: rm.KeepFloatSuggestion | None = None
     checks: tuple[verdict.Check, ...] = ()
     repair: rm.Repair | None = None
+    diagnosis: rm.Diagnosis | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +57,8 @@ SOURCE_CHUNK = 256  # samples per call of the source model in parity (when it ta
 
 def verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, converter: Any, calib: SampleSet,
             evaluation: SampleSet | None, exported: Any, model: TFLiteModel, suggest_keep_float: bool,
-            progress: Progress | None, limits: Limits, repairing: Repairing | None = None) -> Verification:
+            progress: Progress | None, limits: Limits, repairing: Repairing | None = None,
+            findings: Sequence[DataWarning] = ()) -> Verification:
     """Parity on the evaluation data (or, without any, on the calibration samples: no build goes
     unchecked), the layers that add the most error, and (asked for) which layers to keep in float;
     with the agreement, accuracy and float-conversion checks."""
@@ -126,12 +128,21 @@ def verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, converte
             return verdict.failed_sentences(verdict.agreement_checks(measured, limits)), cost
 
         suggestion = culprits.suggest(ranked, config.verify.max_keep_float, trial)
-    found = None
-    if repairing is not None and any(c.outcome.fails for c in checks
-                                     if c.kind in (verdict.Kind.AGREEMENT, verdict.Kind.ACCURACY)):
+    failed = [c.id for c in checks if c.outcome.fails and c.kind in (verdict.Kind.AGREEMENT, verdict.Kind.ACCURACY)]
+    found = why = None
+    if failed:
+        from . import diagnosis
+
+        float_run = TFLiteRunner(float_tflite).run if float_tflite is not None else reference
+        setting = diagnosis.Setting(model, float_run, samples, batch, shapes, labels, result.get("kinds", {}),
+                                    loaded.graph.layer_names())
+        why = diagnosis.diagnose(setting, result, findings, ranked, failed)
+        if (said := diagnosis.first_line(why)) is not None:
+            log.info("diagnosis: %s", said)
+    if repairing is not None and failed:
         found = _repair(config, repairing, converter, calib, evaluation, measure, ranked, limits, progress)
     return Verification(result, ranked[:config.verify.culprits] if ranked is not None else None, ranked,
-                        suggestion, tuple(checks), found)
+                        suggestion, tuple(checks), found, why)
 
 
 def _repair(config: PipelineConfig, repairing: Repairing, converter: Any, calib: SampleSet,
@@ -191,7 +202,8 @@ def _repair(config: PipelineConfig, repairing: Repairing, converter: Any, calib:
 
 def verification_stage(config: PipelineConfig, loaded: LoadedModel, reference: Any, converted: Any, data: Any,
                        *, suggest_keep_float: bool, progress: Progress | None, limits: Limits,
-                       targets: Sequence[Target], clock: Clock, work: Any, repaired: bool) -> Verification:
+                       targets: Sequence[Target], clock: Clock, work: Any, repaired: bool,
+                       findings: Sequence[DataWarning] = ()) -> Verification:
     """Parity and what follows from it (:func:`verify`), with the repair search when the pipeline turns it
     on and this build is not itself the repaired one; nothing when the built model does not run."""
     from ..calibration.stage import collect_section
@@ -204,7 +216,7 @@ def verification_stage(config: PipelineConfig, loaded: LoadedModel, reference: A
     repairing = (Repairing(targets, recollect, clock, data.expected) if not repaired and config.repair.enabled
                  else None)
     return verify(config, loaded, reference, converted.converter, data.calib, data.evaluation, converted.exported,
-                  converted.model, suggest_keep_float, progress, limits, repairing)
+                  converted.model, suggest_keep_float, progress, limits, repairing, findings)
 
 
 def repaired_pipeline(config: PipelineConfig, verification: Verification, warnings: Sequence[Any],

@@ -213,6 +213,9 @@ def test_silent_killers_fail_the_build_by_default(tmp_path: Path, capsys: pytest
     assert [w["check"] for w in result.report["quantization"]["calibration"]["warnings"]] == checks
     failed = {c["id"] for c in result.report["gate"]["checks"] if c["outcome"] == "fail"}
     assert f"calibration.{checks[0]}.image" in failed and "accuracy.drop" in failed
+    # The data is the first cause, not the layers it miscalibrated (replaying the input alone shows only part).
+    first = result.report["diagnosis"]["causes"][0]
+    assert (first["id"], first["subject"], first["evidence"]["findings"][0]) == ("calibration_data", "image", checks[0])
     clipped = [w for w in result.report["quantization"]["calibration"]["warnings"] if w["check"] == "activation_range"]
     if clipped:
         assert all(re.fullmatch(r"tensor '.+' reaches \[.+\] on 200 evaluation samples, but the calibration gave "

@@ -194,6 +194,9 @@ def test_a_deep_float_graph_is_not_blamed_for_rounding_and_its_int8_failure_is_t
     assert reason.startswith("output 'head': SQNR ") and reason.endswith(" dB < gates.min_sqnr_db 20 (on the "
                                                                          "evaluation samples)")
     assert f"  - {reason}" in capsys.readouterr().out.splitlines()
+    # Nothing about the inputs or the ranges explains it: the first cause is the per-op ranking's first op.
+    causes = report["diagnosis"]["causes"]
+    assert causes[0]["id"] == "op_error" and not any(c["confirmed"] for c in causes[1:])
 
 
 def test_a_binary_head_collapsed_by_its_int8_input_fails_on_its_true_accuracy(
