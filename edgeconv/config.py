@@ -290,6 +290,44 @@ class RepairConfig:
                                  minimum=0.0)
 
 
+def _per_output(minimum: float | None, maximum: float | None) -> dict[str, Any]:
+    """A gate given as one number for every model output or as a mapping of output name to number: the
+    ``parse``, ``json_schema`` and ``dump`` of its setting (the names are checked once the model is loaded)."""
+    bounds = {"minimum": minimum, "maximum": maximum}
+
+    def number(node: yaml.Node, key: str, ctx: Ctx) -> Any:
+        from ._schema import parse_node
+
+        return parse_node(float, node, key, ctx, bounds)
+
+    def parse(node: yaml.Node, key: str, ctx: Ctx) -> Any:
+        from ._yaml import is_null
+
+        if is_null(node):
+            return None
+        if isinstance(node, yaml.SequenceNode):
+            return ctx.error(node, key, "expected a number for every output, or {output name: number}, got a list")
+        if not isinstance(node, yaml.MappingNode):
+            return number(node, key, ctx)
+        if not node.value:
+            return ctx.error(node, key, "an empty mapping: give a number for every output, or {output name: number}")
+        out: dict[str, Any] = {}
+        for k_node, v_node in node.value:
+            name = str(k_node.value)
+            if name in out:
+                ctx.error(k_node, f"{key}.{name}", "duplicate key")
+                continue
+            out[name] = number(v_node, f"{key}.{name}", ctx)
+        return INVALID if any(v is INVALID for v in out.values()) else types.MappingProxyType(out)
+
+    def schema() -> dict[str, Any]:
+        one = {"type": "number", **{k: v for k, v in bounds.items() if v is not None}}
+        return {"anyOf": [one, {"type": "object", "minProperties": 1, "additionalProperties": one},
+                          {"type": "null"}]}
+
+    return {"parse": parse, "json_schema": schema}
+
+
 @dataclasses.dataclass(frozen=True)
 class GatesConfig:
     """Thresholds that fail the build (exit 1) beyond the target verdicts. Keys are target names."""
@@ -309,13 +347,18 @@ class GatesConfig:
         "Largest drop in task accuracy (0..1) from the source model to the built one (evaluation labels); "
         "default 0.03 when the evaluation data has labels.",
         default=None, minimum=0.0, maximum=1.0)
-    min_top1_agreement: float | None = setting(
+    min_top1_agreement: float | Mapping[str, float] | None = setting(
         "Least share (0..1) of samples where the built model's top-1 class matches the source model's "
-        "(classifier outputs); default 0.90.", default=None, minimum=0.0, maximum=1.0)
-    min_sqnr_db: float | None = setting("Least signal-to-quantization-noise ratio (dB) of every output against "
-                                        "the source model; default 20.", default=None)
-    min_cosine: float | None = setting("Least cosine similarity of every output against the source model.",
-                                       default=None, minimum=-1.0, maximum=1.0)
+        "(classifier outputs; the decision at 0.5 for binary and multilabel ones); default 0.90. A number for every "
+        "output, or one per output ({name: share}; outputs not named keep the default).",
+        default=None, **_per_output(0.0, 1.0))
+    min_sqnr_db: float | Mapping[str, float] | None = setting(
+        "Least signal-to-quantization-noise ratio (dB) of every output against the source model; default 20. A "
+        "number for every output, or one per output ({boxes: 15, scores: 20}; outputs not named keep the "
+        "default).", default=None, **_per_output(None, None))
+    min_cosine: float | Mapping[str, float] | None = setting(
+        "Least cosine similarity of every output against the source model; a number for every output, or one per "
+        "output (outputs not named are not gated).", default=None, **_per_output(-1.0, 1.0))
     max_arena_bytes: int | None = setting("Largest estimated TFLite Micro tensor arena, in bytes.", default=None,
                                           minimum=1)
     max_flash_bytes: int | None = setting("Largest model size (flash), in bytes.", default=None, minimum=1)
@@ -556,6 +599,17 @@ class PipelineConfig:
     # (a loosened default gate's note names it). Carried by replace(), not by dataclasses.replace().
     source: Path = dataclasses.field(default=Path("pipeline.yaml"), init=False, compare=False)
     gate_lines: Mapping[str, int] = dataclasses.field(default_factory=dict, init=False, compare=False, repr=False)
+
+
+    @property
+    def named_outputs(self) -> dict[str, tuple[str, ...]]:
+        """The model output names the pipeline gives, per key (checked once the model is loaded)."""
+        out = {"verify.outputs": tuple(self.verify.outputs)}
+        for key in ("min_sqnr_db", "min_top1_agreement", "min_cosine"):
+            value = getattr(self.gates, key)
+            if isinstance(value, Mapping):
+                out[f"gates.{key}"] = tuple(value)
+        return out
 
     def replace(self, **changes: Any) -> PipelineConfig:
         """The pipeline with ``changes`` (as ``dataclasses.replace``), keeping what was derived from its file:

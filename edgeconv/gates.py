@@ -5,6 +5,7 @@ line) and for ``edgeconv check`` (its command-line gates). The verdict applies t
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,6 +64,19 @@ class Limits:
     max_arena_bytes: int | None = None
     max_flash_bytes: int | None = None
     notes: tuple[Loosened, ...] = ()
+    # min_sqnr_db, min_top1_agreement, min_cosine given per model output: {gate: {output: limit}}; the outputs
+    # not named have the gate's own field
+    per_output: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+
+    def for_output(self, gate: str, output: str) -> float | None:
+        """The limit of ``gate`` (min_sqnr_db, min_top1_agreement, min_cosine) for model output ``output``."""
+        named = self.per_output.get(gate, {})
+        return named[output] if output in named else typing.cast(float | None, getattr(self, gate))
+
+    @property
+    def any_parity_gate(self) -> bool:
+        return any(v is not None for v in (self.max_accuracy_drop, self.min_top1_agreement, self.min_sqnr_db,
+                                           self.min_cosine)) or any(self.per_output.values())
 
 
 def check_limits(gates: GatesConfig | None) -> Limits:
@@ -94,11 +108,21 @@ def gate_limits(config: PipelineConfig) -> Limits:
         loosened("verify.parity", "verify.parity",
                  lambda w: f"the agreement and accuracy gates are not checked: verify.parity is false in {w}")
 
+    per_output: dict[str, Mapping[str, float]] = {}
+
     def pick(key: str, gate: str, looser: Any) -> Any:
         value = getattr(g, key)
+        default = None if gate in off or key not in DEFAULTS else DEFAULTS[key]
+        if isinstance(value, Mapping):  # per output: the outputs not named keep the default
+            per_output[key] = dict(value)
+            for name, v in value.items():
+                if key in DEFAULTS and looser(v, DEFAULTS[key]):
+                    loosened(f"gates.{key}.{name}", key, lambda w, n=name, v=v: f"gates.{key}.{n} = {v:g} is looser "
+                             f"than the default {DEFAULTS[key]:g} for output {n!r} ({w})")
+            return default
         if value is None:
-            return None if gate in off else DEFAULTS[key]
-        if looser(value, DEFAULTS[key]):
+            return default
+        if key in DEFAULTS and looser(value, DEFAULTS[key]):
             loosened(f"gates.{key}", key,
                      lambda w: f"gates.{key} = {value:g} is looser than the default {DEFAULTS[key]:g} ({w})")
         return value
@@ -116,11 +140,11 @@ def gate_limits(config: PipelineConfig) -> Limits:
         max_accuracy_drop=pick("max_accuracy_drop", "accuracy", lambda v, d: v > d),
         min_top1_agreement=pick("min_top1_agreement", "agreement", lambda v, d: v < d),
         min_sqnr_db=pick("min_sqnr_db", "agreement", lambda v, d: v < d),
-        min_cosine=g.min_cosine,
+        min_cosine=pick("min_cosine", "agreement", lambda v, d: False),
         calibration_findings_fail="calibration" not in off,
         calibration_warnings_fail=g.fail_on_calibration_warnings,
         min_accelerator_mac_share=None if "accelerator" in off else DEFAULTS["min_accelerator_mac_share"],
         max_cpu_fallback_ops=dict(g.max_cpu_fallback_ops), min_supported_mac_share=dict(g.min_supported_mac_share),
         fail_on_warnings=g.fail_on_warnings, uncertain_fails=g.uncertain.value == "fail",
         max_arena_bytes=g.max_arena_bytes, max_flash_bytes=g.max_flash_bytes,
-        notes=tuple(notes))
+        notes=tuple(notes), per_output=per_output)

@@ -236,26 +236,28 @@ def agreement_checks(parity: Mapping[str, Any], limits: Limits, candidate: str =
     data = parity.get("data", "evaluation")
     for name, per in parity["outputs"].items():
         m = per[candidate]
-        if limits.min_sqnr_db is not None and m["sqnr_db"] is not None:
-            ok = m["sqnr_db"] >= limits.min_sqnr_db
+        sqnr, cosine, top1 = (limits.for_output(g, name) for g in ("min_sqnr_db", "min_cosine", "min_top1_agreement"))
+        key = {g: f"gates.{g}.{name}" if name in limits.per_output.get(g, {}) else f"gates.{g}"
+               for g in ("min_sqnr_db", "min_cosine", "min_top1_agreement")}
+        if sqnr is not None and m["sqnr_db"] is not None:
+            ok = m["sqnr_db"] >= sqnr
             out.append(Check(f"agreement.sqnr_db.{name}", Kind.AGREEMENT, Outcome.PASS if ok else Outcome.FAIL,
                              f"output {name!r}: SQNR {m['sqnr_db']:.1f} dB"
-                             + (f" on the {data} samples" if ok else f" < gates.min_sqnr_db {limits.min_sqnr_db:g} "
-                                f"(on the {data} samples)"), measured=m["sqnr_db"], limit=limits.min_sqnr_db))
-        if limits.min_cosine is not None:
-            ok = m["cosine"] >= limits.min_cosine
+                             + (f" on the {data} samples" if ok else f" < {key['min_sqnr_db']} {sqnr:g} "
+                                f"(on the {data} samples)"), measured=m["sqnr_db"], limit=sqnr))
+        if cosine is not None:
+            ok = m["cosine"] >= cosine
             out.append(Check(f"agreement.cosine.{name}", Kind.AGREEMENT, Outcome.PASS if ok else Outcome.FAIL,
                              f"output {name!r}: cosine similarity {m['cosine']:.4f}"
-                             + ("" if ok else f" < gates.min_cosine {limits.min_cosine:g}"),
-                             measured=m["cosine"], limit=limits.min_cosine))
-        if limits.min_top1_agreement is not None and m["top1_agreement"] is not None:
-            ok = m["top1_agreement"] >= limits.min_top1_agreement
+                             + ("" if ok else f" < {key['min_cosine']} {cosine:g}"),
+                             measured=m["cosine"], limit=cosine))
+        if top1 is not None and m["top1_agreement"] is not None:
+            ok = m["top1_agreement"] >= top1
             what = _AGREEMENT.get(parity.get("kinds", {}).get(name, ""), "top-1 agreement")
             out.append(Check(f"agreement.top1.{name}", Kind.AGREEMENT, Outcome.PASS if ok else Outcome.FAIL,
                              f"output {name!r}: {what} {m['top1_agreement']:.2%}"
-                             + ("" if ok else f" < gates.min_top1_agreement {limits.min_top1_agreement:.2%}")
-                             + f" (on the {data} samples)", measured=m["top1_agreement"],
-                             limit=limits.min_top1_agreement))
+                             + ("" if ok else f" < {key['min_top1_agreement']} {top1:.2%}")
+                             + f" (on the {data} samples)", measured=m["top1_agreement"], limit=top1))
     accuracy = parity.get("accuracy")
     if limits.max_accuracy_drop is not None and accuracy is not None:
         drop = accuracy["drop"][candidate]

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -61,19 +61,20 @@ def load_model(cfg: ModelConfig, base_dir: Path) -> LoadedModel:
     return LOADERS[cfg.resolved_format()](cfg, base_dir)
 
 
-def load_stage(model: ModelConfig, verify_outputs: Collection[str], pipeline: Path, worker: Worker,
+def load_stage(model: ModelConfig, named_outputs: Mapping[str, Collection[str]], pipeline: Path, worker: Worker,
                progress: Progress | None) -> LoadedModel:
     """The model in inference mode (the converter worker started first: see :func:`start_worker`; paths
-    relative to the ``pipeline`` file's folder); the pipeline's ``verify.outputs``, known to be outputs only
-    now, checked before any data is read."""
+    relative to the ``pipeline`` file's folder); the output names the pipeline gives (``named_outputs``: per
+    key, such as verify.outputs or gates.min_sqnr_db), known to be outputs only now, checked before any data
+    is read."""
     log.info("loading %s (%s) in inference mode", rel(model.path), model.resolved_format().value)
     start_worker(worker, progress)
     loaded = load_model(model, pipeline.parent)
     outputs = [o.name for o in loaded.graph.outputs]
-    unknown = sorted(set(verify_outputs) - set(outputs))
+    unknown = [(key, name) for key, names in named_outputs.items() for name in sorted(set(names) - set(outputs))]
     if unknown:
-        raise ConfigError([f"{rel(pipeline)}: verify.outputs: {name!r} is not a model output (outputs: "
-                           f"{', '.join(outputs)}){did_you_mean(name, outputs)}" for name in unknown])
+        raise ConfigError([f"{rel(pipeline)}: {key}: {name!r} is not a model output (outputs: "
+                           f"{', '.join(outputs)}){did_you_mean(name, outputs)}" for key, name in unknown])
     return loaded
 
 

@@ -258,8 +258,7 @@ def can_suggest(config: PipelineConfig, targets: Sequence[Target]) -> None:
     """--suggest-keep-float needs what verify.suggest_keep_float needs in the pipeline file."""
     limits = gate_limits(config)
     problems = []
-    if config.evaluation is None or all(v is None for v in (limits.max_accuracy_drop, limits.min_top1_agreement,
-                                                            limits.min_sqnr_db, limits.min_cosine)):
+    if config.evaluation is None or not limits.any_parity_gate:
         problems.append("--suggest-keep-float needs an evaluation section and a parity gate to meet "
                         "(gates.max_accuracy_drop, min_top1_agreement, min_sqnr_db or min_cosine)")
     problems += [f"--suggest-keep-float: target {t.name!r} runs no float ops left in a quantized model: "

@@ -150,11 +150,13 @@ def test_a_regression_output_gets_no_top1_and_a_wrong_output_name_is_refused_ear
                       keras.layers.Dense(3, activation="softmax", name="label")(hidden)]).save(tmp_path / "m.keras")
     np.savez(tmp_path / "cal.npz", x=np.random.default_rng(0).normal(size=(60, 6)).astype(np.float32))
     base = "version: 1\nmodel: {path: m.keras}\ncalibration: {path: cal.npz, samples: 60}\ntargets: [arm-neon]\n"
-    (tmp_path / "p.yaml").write_text(base + "verify: {outputs: {box: regression}}\n")
-    assert main(["build", str(tmp_path / "p.yaml"), "-q"]) == 2
-    err = capsys.readouterr().err
-    assert "verify.outputs: 'box' is not a model output (outputs: boxes, label); did you mean 'boxes'?" in err
-    assert not (tmp_path / "build").exists()  # refused before any data was read or anything converted
+    gates = "evaluation: {path: cal.npz}\ngates: {min_sqnr_db: {label: 20, box: 15}}\n"
+    for key, wrong in (("verify.outputs", "verify: {outputs: {box: regression}}\n"), ("gates.min_sqnr_db", gates)):
+        (tmp_path / "p.yaml").write_text(base + wrong)
+        assert main(["build", str(tmp_path / "p.yaml"), "-q"]) == 2
+        err = capsys.readouterr().err
+        assert f"{key}: 'box' is not a model output (outputs: boxes, label); did you mean 'boxes'?" in err
+        assert not (tmp_path / "build").exists()  # refused before any data was read or anything converted
     (tmp_path / "p.yaml").write_text(base)
     assert main(["build", str(tmp_path / "p.yaml"), "-q"]) in (0, 1)
     parity = json.loads((tmp_path / "build" / "m" / "report.json").read_text())["parity"]
@@ -233,3 +235,38 @@ def test_a_binary_head_collapsed_by_its_int8_input_fails_on_its_true_accuracy(
     assert acc["built"] == pytest.approx(float(np.mean(labels[200:] == 0)), abs=0.02)  # everything called 0
     failed = {c["id"] for c in report["gate"]["checks"] if c["outcome"] == "fail"}
     assert {"accuracy.drop", "agreement.top1.p"} <= failed
+
+
+def test_a_gate_per_output_applies_to_that_output_only(tmp_path: Path) -> None:
+    """Box offsets and class scores: gates.min_sqnr_db {offsets: N} gates the offsets at N (just above what they
+    measure: fail, just below: pass) while the scores keep the default 20 dB."""
+    import keras
+
+    keras.utils.set_random_seed(1)
+    inp = keras.Input((5,), name="x")
+    hidden = keras.layers.Dense(9, activation="relu", name="hidden")(inp)
+    boxes = keras.layers.Rescaling(0.01, name="offsets")(keras.layers.Dense(4, name="boxes_raw")(hidden))
+    keras.Model(inp, [boxes, keras.layers.Dense(3, activation="softmax", name="scores")(hidden)]).save(
+        tmp_path / "m.keras")
+    rng = np.random.default_rng(2)
+    np.savez(tmp_path / "cal.npz", x=rng.normal(size=(120, 5)).astype(np.float32))
+    np.savez(tmp_path / "eval.npz", x=rng.normal(size=(50, 5)).astype(np.float32))
+    base = ("version: 1\nmodel: {path: m.keras}\ncalibration: {path: cal.npz, samples: 120}\n"
+            "evaluation: {path: eval.npz}\ntargets: [arm-neon]\ngates:\n  min_top1_agreement: 0.5\n")
+    (tmp_path / "p.yaml").write_text(base)
+    assert main(["build", str(tmp_path / "p.yaml"), "-q"]) == 0
+    report = json.loads((tmp_path / "build" / "m" / "report.json").read_text())
+    measured = {o: per["built"]["sqnr_db"] for o, per in report["parity"]["outputs"].items()}
+    assert set(measured) == {"offsets", "scores"} and min(measured.values()) >= 20
+    for offset, code in ((0.05, 1), (-0.05, 0)):
+        limit = round(measured["offsets"] + offset, 2)
+        (tmp_path / "p.yaml").write_text(base + f"  min_sqnr_db: {{offsets: {limit}}}\n")
+        assert main(["build", str(tmp_path / "p.yaml"), "-q"]) == code
+        report = json.loads((tmp_path / "build" / "m" / "report.json").read_text())
+        checks = {c["id"]: c for c in report["gate"]["checks"]}
+        assert checks["agreement.sqnr_db.offsets"]["limit"] == limit
+        assert (checks["agreement.sqnr_db.scores"]["limit"], checks["agreement.sqnr_db.scores"]["outcome"]) == (
+            20, "pass")
+        assert report["gate"]["reasons"] == ([f"output 'offsets': SQNR {measured['offsets']:.1f} dB < "
+                                              f"gates.min_sqnr_db.offsets {limit:g} (on the evaluation samples)"]
+                                             if code else [])

@@ -145,6 +145,19 @@ def test_resolved_pipeline_round_trips(project: Path) -> None:
      "one full batch"),
     (MINIMAL.replace("  path: m.keras", "  path: m.keras\n  input_shapes: {image: [1, 0, 3]}"),
      "p.yaml:4: model.input_shapes.image: expected a non-empty list of dimensions >= 1, got [1, 0, 3]"),
+    (MINIMAL.replace("path: cal.npz", "path: cal.npz\nevaluation: {path: cal.npz}") + "gates: {min_sqnr_db: {}}\n",
+     "p.yaml:7: gates.min_sqnr_db: an empty mapping: give a number for every output, or {{output name: number}}"),
+    (MINIMAL.replace("path: cal.npz", "path: cal.npz\nevaluation: {path: cal.npz}")
+     + "gates: {min_top1_agreement: {label: 1.5}}\n",
+     "p.yaml:7: gates.min_top1_agreement.label: must be <= 1.0, got 1.5"),
+    (MINIMAL.replace("path: cal.npz", "path: cal.npz\nevaluation: {path: cal.npz}")
+     + "gates: {min_sqnr_db: {boxes: high}}\n",
+     "p.yaml:7: gates.min_sqnr_db.boxes: expected a number, got 'high'"),
+    (MINIMAL.replace("path: cal.npz", "path: cal.npz\nevaluation: {path: cal.npz}")
+     + "gates: {min_cosine: [0.9]}\n",
+     "p.yaml:7: gates.min_cosine: expected a number for every output, or {{output name: number}}, got a list"),
+    (MINIMAL + "gates: {min_sqnr_db: {boxes: 15}}\n",
+     "p.yaml:6: gates.min_sqnr_db: needs an evaluation section (the data parity is measured on)"),
     (MINIMAL + "verify: {pass_samples: 500}\n",
      "p.yaml:6: verify.pass_samples: 500 is more than calibration.samples (200)"),
 ])
@@ -684,6 +697,10 @@ def test_repair_keeps_the_lines_of_loosened_gate_notes(tmp_path: Path) -> None:
      [("gates.max_accuracy_drop", 6, "gates.max_accuracy_drop = 0.0301 is looser than the default 0.03 (p.yaml "
                                      "line 6)")]),
     ("targets: [edgetpu]\ngates:\n  min_supported_mac_share: {edgetpu: 0.5}\n", []),
+    ("gates:\n  min_sqnr_db: {boxes: 15, scores: 20}\n",
+     [("gates.min_sqnr_db.boxes", 6, "gates.min_sqnr_db.boxes = 15 is looser than the default 20 for output 'boxes' "
+                                    "(p.yaml line 6)")]),
+    ("gates:\n  min_top1_agreement: {label: 0.9}\n", []),
     ("gates:\n  uncertain: warn\n",
      [("gates.uncertain", 6, "gates.uncertain = warn is looser than the default fail: an op an accelerator may not "
                              "run passes (p.yaml line 6)")]),

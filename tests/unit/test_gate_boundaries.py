@@ -103,6 +103,36 @@ def test_agreement_gates_at_their_limits(gate: str, measured: float, check_id: s
     assert Verdict((check,)).to_json()["verdict"] == ("fail" if fails else "pass")
 
 
+TWO = {"samples": 80, "outputs": {"boxes": {"built": {**MEASURED, "sqnr_db": 18.2}},
+                                   "scores": {"built": {**MEASURED, "sqnr_db": 20.0}}}, "accuracy": None}
+
+
+@pytest.mark.parametrize(("offset", "fails"), [(-EPS, False), (0.0, False), (EPS, True)])
+def test_a_per_output_gate_applies_to_its_output_only(offset: float, fails: bool) -> None:
+    """gates.min_sqnr_db: {boxes: ...}: the boxes at their own limit, the scores still at the default 20 (and at
+    it exactly: pass); the failing sentence names the per-output key."""
+    from edgeconv.verdict import Limits, agreement_checks
+
+    limits = Limits(min_top1_agreement=None, max_accuracy_drop=None,
+                    per_output={"min_sqnr_db": {"boxes": 18.2 + offset}})
+    boxes, scores = agreement_checks(TWO, limits)
+    assert (boxes.id, boxes.outcome.fails, boxes.limit) == ("agreement.sqnr_db.boxes", fails, 18.2 + offset)
+    assert (scores.id, scores.outcome.fails, scores.limit) == ("agreement.sqnr_db.scores", False, 20.0)
+    if fails:
+        assert boxes.sentence == (f"output 'boxes': SQNR 18.2 dB < gates.min_sqnr_db.boxes {18.2 + offset:g} (on the "
+                                  "evaluation samples)")
+
+
+@pytest.mark.parametrize(("offset", "fails"), [(-EPS, False), (0.0, False), (EPS, True)])
+def test_an_output_not_named_keeps_the_default(offset: float, fails: bool) -> None:
+    from edgeconv.verdict import Limits, agreement_checks
+
+    limits = Limits(min_sqnr_db=20.0 + offset, min_top1_agreement=None, max_accuracy_drop=None,
+                    per_output={"min_sqnr_db": {"boxes": 15.0}})
+    _, scores = agreement_checks(TWO, limits)
+    assert scores.outcome.fails is fails
+
+
 @pytest.mark.parametrize(("offset", "fails"), [(EPS, False), (0.0, False), (-EPS, True)])
 def test_accuracy_drop_gate_at_its_limit(offset: float, fails: bool) -> None:
     from edgeconv.verdict import Limits, agreement_checks
