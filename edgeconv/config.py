@@ -285,6 +285,10 @@ class RepairConfig:
         "percentile activation ranges, int16 activations for the worst ops, the worst ops kept in float, int16x8 "
         "(each only where every target runs it). The output is built with the change chosen, and report.md shows "
         "it as a snippet to paste.", default=False)
+    allow_interface_change: bool = setting(
+        "Also try changes that change the model's interface (the input or output type: keeping ops in float makes "
+        "them float32, int16x8 makes them int16); a chosen one is shown as an interface change everywhere. Off: "
+        "firmware that feeds int8 buffers keeps working with the repaired model.", default=False)
     max_trials: int = setting("Most trials (conversions) the search runs.", default=12, minimum=1)
     max_minutes: float = setting("Time budget of the search; no trial starts after it.", default=20.0,
                                  minimum=0.0)

@@ -254,8 +254,7 @@ def _finish(config: PipelineConfig, out_dir: Path, targets: list[Target], work: 
     commit."""
     model, tflite, data = s.converted.model, s.converted.exported.tflite, s.data
     found = repaired if repaired is not None else s.verification.repair
-    repair_checks = (verdict.simple("repair.search", verdict.Kind.AGREEMENT, found["chosen"] is not None,
-                                    found["summary"], len(found["trials"]), config.repair.max_trials),) if found else ()
+    repair_checks = (verdict.repair_check(found, config.repair.max_trials),) if found else ()
     if config.output.onnx is not None:
         clock.begin("exporting and running ONNX")
     onnx = (onnx_stage(config.output.onnx, config.quantization, s.cleaned.graph, s.cleaned.reference, tflite, model,

@@ -430,6 +430,7 @@ def repair_markdown(found: rm.Repair | None) -> list[str]:
               "|---|---|---|---|---|---|" + "---|" * len(targets) + "---|---|"]
     for t in found["trials"]:
         mark = " **(chosen)**" if t["trial"] == found["chosen"] else ""
+        mark += f" (interface: {t['interface_change']})" if t.get("interface_change") else ""
         gates = "pass" if t["passes_gates"] else "fail: " + "; ".join(t["failed"])
         lines.append(f"| {t['trial']}{mark} | {_esc(t['change'])} | {_esc(gates)} | {_num(t['accuracy'], '.2%')} | "
                      + ", ".join(_num(v, ".1f") for v in t["sqnr_db"].values()) + " | "

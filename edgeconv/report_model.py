@@ -239,6 +239,9 @@ class RepairTrial(TypedDict):
     trial: Annotated[int, Min(1)]
     change: Annotated[str, Doc("What the trial changes, in words")]
     snippet: Annotated[str, Doc("The change as pipeline.yaml text")]
+    interface_change: NotRequired[Annotated[str | None, Doc(
+        "How the change changes the model's input and output types (tried only with "
+        "repair.allow_interface_change); null when it keeps them")]]
     passes_gates: bool
     failed: Annotated[list[str], Doc("The gates the trial still fails (a target it fails included)")]
     bytes: Annotated[int, Min(1)]

@@ -286,6 +286,15 @@ def calibration_checks(findings: Sequence[Any], limits: Limits) -> list[Check]:
     return out
 
 
+def repair_check(found: Mapping[str, Any], max_trials: int) -> Check:
+    """The repair search: failed without a passing trial; a warning when the chosen change changes the model's
+    interface (allowed by repair.allow_interface_change, and said wherever a warning is)."""
+    chosen = found["chosen"]
+    changed = chosen is not None and found["trials"][chosen - 1].get("interface_change")
+    outcome = Outcome.FAIL if chosen is None else Outcome.WARN if changed else Outcome.PASS
+    return Check("repair.search", Kind.AGREEMENT, outcome, found["summary"], len(found["trials"]), max_trials)
+
+
 def simple(check_id: str, kind: Kind, ok: bool, sentence: str, measured: float | str | None = None,
            limit: float | str | None = None) -> Check:
     return Check(check_id, kind, Outcome.PASS if ok else Outcome.FAIL, sentence, measured, limit)

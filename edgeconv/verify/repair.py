@@ -43,10 +43,50 @@ from ..errors import rel
 
 @dataclasses.dataclass(frozen=True)
 class Candidate:
-    """One change to the pipeline: what it is, and the ``pipeline.yaml`` keys it sets."""
+    """One change to the pipeline: what it is, the ``pipeline.yaml`` keys it sets, and how it changes the
+    model's interface (None: it keeps it)."""
 
     what: str
     change: Mapping[str, Mapping[str, Any]]  # section -> key -> value, as it is written in pipeline.yaml
+    interface_change: str | None = None
+
+
+def interface_change(config: PipelineConfig, change: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """How ``change`` changes the built model's input and output types (None: it keeps them)."""
+    before, after = config.quantization, apply(config, change).quantization
+    said = [f"{which} {before.io(which).value} -> {after.io(which).value}" for which in ("input", "output")
+            if before.io(which) is not after.io(which)]
+    return ", ".join(said) or None
+
+
+def _canonical(change: Mapping[str, Mapping[str, Any]]) -> str:
+    """The change with its lists as sets: two trials that keep the same ops in float are one."""
+    import json
+
+    return json.dumps({k: {key: sorted(v) if isinstance(v, (list, tuple)) else v for key, v in keys.items()}
+                       for k, keys in change.items()}, sort_keys=True)
+
+
+def keep_interface(config: PipelineConfig, cands: Sequence[Candidate],
+                   allow: bool) -> tuple[list[Candidate], list[str]]:
+    """The candidates that keep the model's interface (all of them, marked, when ``allow``), the ones that do
+    not each named as not tried; and no candidate twice (the same change, or the same layers described)."""
+    out: list[Candidate] = []
+    skipped: list[str] = []
+    seen: set[str] = set()
+    for cand in cands:
+        said = _canonical(cand.change)
+        if said in seen:
+            skipped.append(f"{cand.what}: the same change as an earlier trial")
+            continue
+        seen.add(said)
+        changes = interface_change(config, cand.change)
+        if changes is not None and not allow:
+            skipped.append(f"{cand.what}: changes the model's interface ({changes}); repair.allow_interface_change: "
+                           "true tries it")
+            continue
+        out.append(dataclasses.replace(cand, interface_change=changes))
+    return out, skipped
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +147,7 @@ def candidates(config: PipelineConfig, *, no_float: Sequence[str], no_int16: Seq
     elif not worst:
         skipped.append("int16 for the worst ops: no per-op error ranking to pick them (verify.culprits is 0)")
     else:
-        for k in range(1, min(MAX_INT16_OPS, len(worst)) + 1):
+        for k in _distinct_prefixes(worst, MAX_INT16_OPS):
             kept = worst[:k]
             out.append(Candidate(f"int16 activations for the {k} op(s) adding the most error ({_layers(kept)}; AI "
                                  "Edge Quantizer)",
@@ -122,7 +162,7 @@ def candidates(config: PipelineConfig, *, no_float: Sequence[str], no_int16: Seq
         skipped.append("ops kept in float: no per-op error ranking to pick them (verify.culprits is 0)")
     else:
         worst = worst or list(ranked)
-        for k in range(1, min(max_keep_float, len(worst)) + 1):
+        for k in _distinct_prefixes(worst, max_keep_float):
             kept = worst[:k]
             out.append(Candidate(f"keep the {k} op(s) adding the most error in float ({_layers(kept)})",
                                  {"quantization": {"keep_float": [*q.keep_float,
@@ -136,6 +176,79 @@ def candidates(config: PipelineConfig, *, no_float: Sequence[str], no_int16: Seq
                              {"quantization": {"mode": "int16x8", "input_type": "auto", "output_type": "auto",
                                                **({"int16_ops": []} if q.int16_ops else {})}}))
     return out, skipped
+
+
+# Element-wise ops a normalization inside the model is made of (x - mean) / std, x * scale + offset, ...
+_NORMALIZE = frozenset({"SUB", "ADD", "MUL", "DIV", "SQUARED_DIFFERENCE", "RSQRT", "SQRT", "MAXIMUM", "MINIMUM",
+                        "DEQUANTIZE", "CAST"})
+
+
+def diagnosis_candidates(config: PipelineConfig, model: Any, found: Mapping[str, Any] | None) -> list[Candidate]:
+    """Changes where the diagnosis points (edgeconv/verify/diagnosis.py), for the confirmed causes: the ops that
+    read an input whose quantization is the cause (its normalization, up to the first op that is not
+    element-wise) kept in float; an imposed range's tensor, the ops that share it and the ops that read them
+    kept in float. Both keep float ops, so both make the input and output float32 (an interface change). An id
+    input has none: no quantization setting keeps its ids (the model must take them as integers)."""
+    from ..calibration.checks import SHARED_RANGE_OPS, shared_range_groups
+    from .culprits import keep_float_pattern
+
+    if not found or config.quantization.engine is QuantEngine.AI_EDGE_QUANTIZER:
+        return []
+    out = []
+    q = config.quantization
+    for cause in found["causes"]:
+        if not cause["confirmed"] or cause["subject"] is None:
+            continue
+        if cause["id"] == "input_resolution":
+            names = _first_ops(model, cause["subject"])
+            what = f"keep the ops that read input {cause['subject']!r} in float ({', '.join(names[1])})"
+        elif cause["id"] == "imposed_range":
+            members, joined = shared_range_groups(model).get(cause["subject"], (frozenset(), frozenset()))
+            # The tensor, the ops that share its range, and the ops that read what they join: a quantized reader
+            # would take the shared range again.
+            joins = sorted(op.outputs[0].name for op in model.main.ops if op.type in SHARED_RANGE_OPS & joined
+                           and op.outputs and op.outputs[0] is not None and op.outputs[0].name in members)
+            readers = sorted({t.name for op in model.main.ops if any(i is not None and i.name in joins
+                                                                     for i in op.inputs)
+                              for t in op.outputs if t is not None and t.name not in members})
+            names = ([cause["subject"], *joins, *readers], sorted({*joined, "the op producing it", "their readers"}))
+            what = f"keep the tensor with an imposed range and the ops sharing it in float ({', '.join(names[1])})"
+        else:
+            continue
+        if names[0]:
+            out.append(Candidate(what, {"quantization": {"keep_float": [*q.keep_float, *(
+                keep_float_pattern(t) for t in names[0])]}}))
+    return out
+
+
+def _first_ops(model: Any, name: str) -> tuple[list[str], list[str]]:
+    """The output tensors and types of the element-wise ops that read model input ``name`` (through its
+    QUANTIZE when the input is float), in order, up to the first op that is not element-wise."""
+    from ..calibration.checks import _quantized_view
+
+    sig = model.signatures[0] if model.signatures else None
+    index = sig.inputs.get(name) if sig else next((i for i in model.main.inputs if model.main.tensors[i].name == name),
+                                                  None)
+    view = _quantized_view(model, index) if index is not None else None
+    if view is None:
+        return [], []
+    reach, tensors, kinds = {view.index}, [], []
+    for op in model.main.ops:
+        if op.type in _NORMALIZE and any(t is not None and t.index in reach for t in op.inputs):
+            for t in op.outputs:
+                if t is not None:
+                    reach.add(t.index)
+                    tensors.append(t.name)
+            kinds.append(op.type)
+    return tensors, kinds
+
+
+def _distinct_prefixes(worst: Sequence[Mapping[str, Any]], most: int) -> list[int]:
+    """How many of the worst ops each trial takes, one more at a time up to ``most``; a count whose ops name the
+    same layers as the next one's is skipped (a trial that looks the same as the next to the user: the larger
+    one is tried)."""
+    ks = list(range(1, min(most, len(worst)) + 1))
+    return [k for k in ks if k == ks[-1] or _layers(worst[:k]) != _layers(worst[:k + 1])]
 
 
 def quantizer_problem(config: PipelineConfig) -> str | None:
@@ -184,11 +297,13 @@ def apply(config: PipelineConfig, change: Mapping[str, Mapping[str, Any]]) -> Pi
     return config.replace(quantization=q, calibration=cal)
 
 
-def snippet(change: Mapping[str, Mapping[str, Any]]) -> str:
-    """The change as pipeline.yaml text the user pastes (merging its keys into the sections they name)."""
+def snippet(change: Mapping[str, Mapping[str, Any]], interface: str | None = None) -> str:
+    """The change as pipeline.yaml text the user pastes (merging its keys into the sections they name), with a
+    comment first when it changes the model's interface."""
     import yaml
 
-    return yaml.safe_dump({k: dict(v) for k, v in change.items()}, sort_keys=False, default_flow_style=False)
+    head = f"# changes the model's interface: {interface}\n" if interface else ""
+    return head + yaml.safe_dump({k: dict(v) for k, v in change.items()}, sort_keys=False, default_flow_style=False)
 
 
 def search(cands: Sequence[Candidate], trial: Callable[[Candidate], TrialResult], *, max_trials: int,
@@ -209,7 +324,8 @@ def search(cands: Sequence[Candidate], trial: Callable[[Candidate], TrialResult]
         log(f"repair: trial {i + 1} of {planned}: {cand.what}")
         began = time.monotonic()
         r = trial(cand)
-        trials.append({"trial": i + 1, "change": cand.what, "snippet": snippet(cand.change),
+        trials.append({"trial": i + 1, "change": cand.what, "snippet": snippet(cand.change, cand.interface_change),
+                       "interface_change": cand.interface_change,
                        "passes_gates": not r.failed, "failed": r.failed, "bytes": r.bytes, "accuracy": r.accuracy,
                        "sqnr_db": r.sqnr_db, "top1_agreement": r.top1_agreement, "mac_share": r.mac_share,
                        "seconds": round(time.monotonic() - began, 2)})
@@ -230,12 +346,24 @@ def sentence(found: Mapping[str, Any], pipeline: Path) -> str:
     """One line for the console and the verdict."""
     trials = found["trials"]
     if not trials:
-        return "repair: no change applies to this pipeline and its targets (report.md says why for each)"
+        return ("repair: no change applies to this pipeline and its targets (report.md says why for each)"
+                + _interface_note(found))
     if found["chosen"] is None:
         closest = f"; closest: trial {found['closest']}" if found.get("closest") else ""
         return (f"repair: no change among {len(trials)} trial(s) passes every gate ({found['stopped']}){closest}; "
-                "report.md lists each")
+                f"report.md lists each{_interface_note(found)}")
     t = trials[found["chosen"] - 1]
-    return (f"repair: trial {t['trial']} of {len(trials)} passes every gate: {t['change']}; the output is built with "
-            f"it (add it to {rel(pipeline)}: report.md shows the snippet)")
+    interface = (f"; it CHANGES THE MODEL'S INTERFACE ({t['interface_change']}): firmware must feed and read "
+                 "those types" if t.get("interface_change") else "")
+    return (f"repair: trial {t['trial']} of {len(trials)} passes every gate: {t['change']}{interface}; the output is "
+            f"built with it (add it to {rel(pipeline)}: report.md shows the snippet)")
 
+
+def _interface_note(found: Mapping[str, Any]) -> str:
+    """Without a passing trial: the changes not tried because they change the interface, said."""
+    held = [s.split(": changes the model's interface")[0] for s in found.get("skipped", ())
+            if ": changes the model's interface" in s]
+    if not held:
+        return ""
+    return (f"; {len(held)} change(s) that would change the model's interface were not tried ({'; '.join(held)}): "
+            "repair.allow_interface_change: true tries them")

@@ -140,15 +140,17 @@ def verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, converte
         if (said := diagnosis.first_line(why)) is not None:
             log.info("diagnosis: %s", said)
     if repairing is not None and failed:
-        found = _repair(config, repairing, converter, calib, evaluation, measure, ranked, limits, progress)
+        from . import repair
+
+        pointed = repair.diagnosis_candidates(config, model, why)
+        found = _repair(config, repairing, converter, calib, evaluation, measure, ranked, limits, progress, pointed)
     return Verification(result, ranked[:config.verify.culprits] if ranked is not None else None, ranked,
                         suggestion, tuple(checks), found, why)
 
 
 def _repair(config: PipelineConfig, repairing: Repairing, converter: Any, calib: SampleSet,
             evaluation: SampleSet | None, measure: Callable[[bytes], rm.Parity], ranked: list[rm.Culprit] | None,
-            limits: Limits,
-            progress: Progress | None) -> rm.Repair:
+            limits: Limits, progress: Progress | None, pointed: Sequence[Any] = ()) -> rm.Repair:
     """The repair search (edgeconv/verify/repair.py): each candidate converted by the build's converter
     worker, measured on the build's samples, checked against every target and the inputs' ranges."""
     from . import repair
@@ -168,7 +170,8 @@ def _repair(config: PipelineConfig, repairing: Repairing, converter: Any, calib:
         try:
             built = converter.convert(data, options, f"repair{n}", progress).tflite
         except ModelError as exc:  # the change does not apply to this model (a pattern matches no op): a failed trial
-            return repair.TrialResult([f"the conversion failed: {exc}"], 0, None, {}, {},
+            said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return repair.TrialResult([f"the conversion failed: {said[:200]}"], 0, None, {}, {},
                                       {t.name: 0.0 for t in targets})
         measured = measure(built)
         model = parse_tflite(built, f"repair trial {n}")
@@ -191,6 +194,9 @@ def _repair(config: PipelineConfig, repairing: Repairing, converter: Any, calib:
         no_int16=[t.name for t in targets if "int16x8" not in t.quantization.modes], available=calib.available,
         used=calib.count, ranked=ranked, max_keep_float=config.verify.max_keep_float,
         quantizer=repair.quantizer_problem(config))
+    # Where the diagnosis points first (the input's normalization, an imposed range), then the usual ones.
+    cands, held = repair.keep_interface(config, [*pointed, *cands], config.repair.allow_interface_change)
+    skipped = [*skipped, *held]
     log.info("repair: the gates fail; %d change(s) to try (repair.max_trials %d)", len(cands),
              config.repair.max_trials)
     found = repair.search(cands, trial, max_trials=config.repair.max_trials,

@@ -3,6 +3,7 @@ proves it (issue 19). Real conversions of models built to quantize badly in know
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 import yaml
 
 import edgeconv
+from edgeconv.cli import main
 
 pytestmark = pytest.mark.tf
 
@@ -42,7 +44,12 @@ def outlier_model(path: Path) -> Path:
     return path
 
 
-def project(tmp_path: Path, *, targets: list[str], repair: str = "{enabled: true}", samples: int = 100,
+# These fixes keep ops in float or go int16x8: both change the model's int8 interface, which the search tries only
+# when the pipeline allows it.
+ALLOW = "{enabled: true, allow_interface_change: true}"
+
+
+def project(tmp_path: Path, *, targets: list[str], repair: str = ALLOW, samples: int = 100,
             available: int = 400) -> Path:
     outlier_model(tmp_path / "model.keras")
     rng = np.random.default_rng(11)
@@ -99,7 +106,7 @@ def test_arm_neon_keeps_the_worst_op_in_float_and_the_snippet_rebuilds_the_same_
     resolved = yaml.safe_load((result.output_dir / "pipeline.resolved.yaml").read_text())
     assert resolved["quantization"]["keep_float"] == yaml.safe_load(found["snippet"])["quantization"]["keep_float"]
     # ... and the snippet pasted into the pipeline (without repair) builds the same bytes.
-    text = (tmp_path / "pipeline.yaml").read_text().replace("repair: {enabled: true}\n", "")
+    text = (tmp_path / "pipeline.yaml").read_text().replace(f"repair: {ALLOW}\n", "")
     data = yaml.safe_load(text)
     data["quantization"] = yaml.safe_load(found["snippet"])["quantization"]
     data["output"] = {"dir": "pasted"}
@@ -239,7 +246,7 @@ def glitch_project(tmp_path: Path) -> Path:
     np.savez(tmp_path / "eval.npz", features=data(300))
     (tmp_path / "pipeline.yaml").write_text(
         "version: 1\nname: glitch\nmodel: {path: model.keras}\ncalibration: {path: calib.npz, samples: 200}\n"
-        "evaluation: {path: eval.npz}\ntargets: [arm-neon]\nverify: {culprits: 3}\nrepair: {enabled: true}\n")
+        f"evaluation: {{path: eval.npz}}\ntargets: [arm-neon]\nverify: {{culprits: 3}}\nrepair: {ALLOW}\n")
     return tmp_path / "pipeline.yaml"
 
 
@@ -273,3 +280,44 @@ def test_rare_outliers_get_percentile_ranges_and_the_snippet_rebuilds_the_same_b
     pasted = edgeconv.build(tmp_path / "pasted.yaml")  # a new converter worker: AI Edge Quantizer in a new process
     assert pasted.passed and pasted.report["repair"] is None
     assert pasted.tflite_path.read_bytes() == result.tflite_path.read_bytes()
+
+
+def test_a_fix_that_needs_float_io_is_not_made_unless_the_interface_may_change(tmp_path: Path,
+                                                                               capsys: pytest.CaptureFixture[str]
+                                                                               ) -> None:
+    """Wine's raw features under one int8 input scale (tests/integration/test_diagnosis.py): only keeping the
+    normalization in float fixes it, which makes the input and output float32. By default the search does not
+    try it and fails saying so; with repair.allow_interface_change the diagnosis' candidate is tried first,
+    passes, and the change is said in the console, the trial table, the snippet and a warning."""
+    from .test_diagnosis import _tabular
+
+    _, _, n = _tabular(tmp_path, "wine")
+    base = (f"version: 1\nmodel: {{path: wine.keras}}\ncalibration: {{path: cal.npz, samples: {n}}}\n"
+            "evaluation: {path: eval.npz, labels: label}\ntargets: [arm-neon]\n")
+    (tmp_path / "p.yaml").write_text(base + "repair: {enabled: true}\n")
+    assert main(["build", str(tmp_path / "p.yaml"), "-q"]) == 1
+    report = json.loads((tmp_path / "build" / "wine" / "report.json").read_text())
+    found = report["repair"]
+    assert found["chosen"] is None
+    assert all(t["interface_change"] is None for t in found["trials"])
+    assert ("keep the ops that read input 'x' in float (SUB, MUL): changes the model's interface (input int8 -> "
+            "float32, output int8 -> float32); repair.allow_interface_change: true tries it") in found["skipped"]
+    assert "repair.allow_interface_change: true tries them" in found["summary"]
+    assert report["tflite"]["inputs"][0]["dtype"] == "int8"
+    capsys.readouterr()
+    (tmp_path / "p.yaml").write_text(base + "repair: {enabled: true, allow_interface_change: true}\n")
+    assert main(["build", str(tmp_path / "p.yaml"), "-q"]) == 0
+    report = json.loads((tmp_path / "build" / "wine" / "report.json").read_text())
+    found = report["repair"]
+    first = found["trials"][0]
+    assert (first["change"], first["passes_gates"]) == ("keep the ops that read input 'x' in float (SUB, MUL)", True)
+    chosen = found["trials"][found["chosen"] - 1]
+    assert chosen["interface_change"] == "input int8 -> float32, output int8 -> float32"
+    assert found["snippet"].startswith("# changes the model's interface: input int8 -> float32")
+    assert report["tflite"]["inputs"][0]["dtype"] == "float32"
+    (check,) = [c for c in report["gate"]["checks"] if c["id"] == "repair.search"]
+    assert check["outcome"] == "warn" and "CHANGES THE MODEL'S INTERFACE" in check["sentence"]
+    assert any("CHANGES THE MODEL'S INTERFACE (input int8 -> float32" in line
+               for line in capsys.readouterr().out.splitlines())
+    assert "(interface: input int8 -> float32, output int8 -> float32)" in (
+        tmp_path / "build" / "wine" / "report.md").read_text()

@@ -177,7 +177,8 @@ def test_without_a_passing_trial_the_closest_is_the_one_failing_fewest_gates() -
      "there)"),
     ("repair: {enabled: true, max_trials: 0}\n", "p.yaml:6: repair.max_trials: must be >= 1, got 0"),
     ("repair: {enabled: true, max_minute: 3}\n",
-     "p.yaml:6: repair: unknown key 'max_minute' (allowed: enabled, max_minutes, max_trials); did you mean "
+     "p.yaml:6: repair: unknown key 'max_minute' (allowed: allow_interface_change, enabled, max_minutes, max_trials); "
+         "did you mean "
      "'max_minutes'?"),
 ])
 def test_repair_settings_are_validated(project: Path, extra: str, expected: str) -> None:
@@ -209,3 +210,91 @@ def test_build_repair_on_the_command_line_is_exit_2_with_the_reason(project: Pat
     assert capsys.readouterr().err == ("edgeconv: error: --repair needs an evaluation section and verify.parity (the "
                                        "gates it meets are measured there)\n")
     assert not (project / "build").exists()
+
+
+# -- the model's interface, duplicates -------------------------------------------------------------
+
+def test_changes_to_the_interface_are_not_tried_unless_allowed_and_say_so(project: Path) -> None:
+    """int8 in and out as configured: keeping ops in float makes them float32 and int16x8 makes them int16; those
+    candidates are named as not tried, with the setting that allows them."""
+    config = _config(project)
+    cands, _ = repair.candidates(config, no_float=[], no_int16=[], available=200, used=200, ranked=RANKED,
+                                 max_keep_float=1, quantizer="not installed")
+    kept, held = repair.keep_interface(config, cands, allow=False)
+    assert kept == []
+    assert held == [
+        "keep the 1 op(s) adding the most error in float (mix): changes the model's interface (input int8 -> "
+        "float32, output int8 -> float32); repair.allow_interface_change: true tries it",
+        "int16 activations, int8 weights (int16x8): changes the model's interface (input int8 -> int16, output "
+        "int8 -> int16); repair.allow_interface_change: true tries it"]
+    kept, held = repair.keep_interface(config, cands, allow=True)
+    assert [c.interface_change for c in kept] == ["input int8 -> float32, output int8 -> float32",
+                                                  "input int8 -> int16, output int8 -> int16"]
+    assert held == []
+
+
+def test_a_pipeline_with_float_io_keeps_its_interface_with_ops_in_float(project: Path) -> None:
+    config = _config(project, "quantization: {input_type: float32, output_type: float32}\n")
+    change = {"quantization": {"keep_float": ["^net/mix/MatMul$"]}}
+    assert repair.interface_change(config, change) is None
+    (kept,), held = repair.keep_interface(config, [repair.Candidate("keep mix", change)], allow=False)
+    assert kept.interface_change is None and held == []
+
+
+def test_the_same_change_twice_is_one_trial(project: Path) -> None:
+    """The ops a diagnosis points at, in another order than the ranking's: the same set of ops, tried once."""
+    config = _config(project, "quantization: {input_type: float32, output_type: float32}\n")
+    a = repair.Candidate("keep the ops that read input 'x' in float (SUB, MUL)",
+                         {"quantization": {"keep_float": ["^sub$", "^mul$"]}})
+    b = repair.Candidate("keep the 2 op(s) adding the most error in float (norm)",
+                         {"quantization": {"keep_float": ["^mul$", "^sub$"]}})
+    kept, held = repair.keep_interface(config, [a, b], allow=False)
+    assert [c.what for c in kept] == [a.what]
+    assert held == ["keep the 2 op(s) adding the most error in float (norm): the same change as an earlier trial"]
+
+
+def test_worst_ops_naming_the_same_layers_as_the_next_count_are_not_a_trial_of_their_own(project: Path) -> None:
+    """SUB and MUL of one normalization layer, then a dense layer: "1 op (norm)" would look like "2 ops (norm)"
+    to the user; only the larger is tried."""
+    ranked = [{"tensor": "net/norm/Sub", "source_layers": ["norm"], "model_output": False},
+              {"tensor": "net/norm/Mul", "source_layers": ["norm"], "model_output": False},
+              {"tensor": "net/d1/MatMul", "source_layers": ["d1"], "model_output": False}]
+    cands, _ = repair.candidates(_config(project), no_float=[], no_int16=[], available=200, used=200, ranked=ranked,
+                                 max_keep_float=3, quantizer="not installed")
+    assert [c.what for c in cands if c.what.startswith("keep")] == [
+        "keep the 2 op(s) adding the most error in float (norm)", "keep the 3 op(s) adding the most error in float "
+        "(d1, norm)"]
+
+
+def _found(interface: str | None, chosen: int | None) -> dict[str, Any]:
+    trial = {"trial": 1, "change": "keep the ops that read input 'x' in float (SUB, MUL)",
+             "interface_change": interface}
+    return {"trials": [trial], "chosen": chosen, "closest": None if chosen else 1, "stopped": "tried every candidate",
+            "skipped": ["int16x8: changes the model's interface (input int8 -> int16, output int8 -> int16); "
+                        "repair.allow_interface_change: true tries it"]}
+
+
+def test_the_summary_says_an_interface_change_and_what_was_not_tried() -> None:
+    from edgeconv.verdict import Outcome, repair_check
+
+    chosen = _found("input int8 -> float32, output int8 -> float32", 1)
+    chosen["summary"] = repair.sentence(chosen, Path("p.yaml"))
+    assert chosen["summary"] == (
+        "repair: trial 1 of 1 passes every gate: keep the ops that read input 'x' in float (SUB, MUL); it CHANGES "
+        "THE MODEL'S INTERFACE (input int8 -> float32, output int8 -> float32): firmware must feed and read those "
+        "types; the output is built with it (add it to p.yaml: report.md shows the snippet)")
+    assert repair_check(chosen, 12).outcome is Outcome.WARN  # annotated, in the summary: said everywhere
+    kept = _found(None, 1)
+    kept["summary"] = repair.sentence(kept, Path("p.yaml"))
+    assert repair_check(kept, 12).outcome is Outcome.PASS
+    none = _found(None, None)
+    none["summary"] = repair.sentence(none, Path("p.yaml"))
+    assert none["summary"].endswith("; 1 change(s) that would change the model's interface were not tried (int16x8): "
+                                    "repair.allow_interface_change: true tries them")
+    assert repair_check(none, 12).outcome is Outcome.FAIL
+
+
+def test_an_interface_change_is_the_first_line_of_its_snippet() -> None:
+    text = repair.snippet({"quantization": {"keep_float": ["^a$"]}}, "input int8 -> float32")
+    assert text.splitlines()[0] == "# changes the model's interface: input int8 -> float32"
+    assert yaml.safe_load(text) == {"quantization": {"keep_float": ["^a$"]}}
