@@ -407,6 +407,13 @@ def _num(value: Any, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def _held(held: Mapping[str, Any] | None) -> str:
+    if held is None:
+        return "-"
+    sqnr = ", ".join(_num(v, ".1f") for v in held["sqnr_db"].values())
+    return f"{'fail' if held['failed'] else 'pass'} ({sqnr} dB)"
+
+
 def repair_markdown(found: rm.Repair | None) -> list[str]:
     """The repair search: each trial with its costs, the chosen one and its snippet."""
     if not found:
@@ -424,10 +431,14 @@ def repair_markdown(found: rm.Repair | None) -> list[str]:
         lines += ["The output is built with this change; add it to the pipeline (merge the keys into the sections "
                   "it names) to build the same bytes without the search:", "", "```yaml",
                   found["snippet"].rstrip(), "```", ""]
+    samples = found.get("samples")
+    if samples:
+        lines += [f"The trials are compared on {samples['chosen_on']} evaluation samples; the last "
+                  f"{samples['held_back']} are held back: the winner is validated on them (`held back`).", ""]
     targets = sorted({t for trial in found["trials"] for t in trial["mac_share"]})
     lines += ["| trial | change | gates | accuracy | SQNR (dB) | top-1 agreement | "
-              + " | ".join(f"MACs supported on {t}" for t in targets) + " | bytes | s |",
-              "|---|---|---|---|---|---|" + "---|" * len(targets) + "---|---|"]
+              + " | ".join(f"MACs supported on {t}" for t in targets) + " | bytes | s | held back |",
+              "|---|---|---|---|---|---|" + "---|" * len(targets) + "---|---|---|"]
     for t in found["trials"]:
         mark = " **(chosen)**" if t["trial"] == found["chosen"] else ""
         mark += f" (interface: {t['interface_change']})" if t.get("interface_change") else ""
@@ -436,7 +447,7 @@ def repair_markdown(found: rm.Repair | None) -> list[str]:
                      + ", ".join(_num(v, ".1f") for v in t["sqnr_db"].values()) + " | "
                      + ", ".join(_num(v, ".2%") for v in t["top1_agreement"].values()) + " | "
                      + " | ".join(f"{t['mac_share'].get(name, 0.0):.1%}" for name in targets)
-                     + f" | {t['bytes']:,} | {t['seconds']:.1f} |")
+                     + f" | {t['bytes']:,} | {t['seconds']:.1f} | {_held(t.get('held_back'))} |")
     return [*lines, ""]
 
 

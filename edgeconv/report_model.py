@@ -250,6 +250,10 @@ class RepairTrial(TypedDict):
     top1_agreement: dict[str, float | None]
     mac_share: Annotated[dict[str, float], Doc("Per target: the share of the MACs on supported kernels")]
     seconds: float
+    held_back: NotRequired[Annotated[dict[str, Any], Doc(
+        "The same figures (accuracy, sqnr_db, top1_agreement) and the agreement gates it fails (failed) on the "
+        "held-back samples, which the choice did not see; accuracy_drop from the source model there"),
+        Keys(("failed", "accuracy", "sqnr_db", "top1_agreement", "accuracy_drop"))]]
 
 
 class RepairCause(TypedDict):
@@ -287,6 +291,8 @@ class Repair(TypedDict):
     closest: Annotated[int | None, Doc("Without a passing trial: the one that failed the fewest gates")]
     skipped: Annotated[list[str], Doc("The kinds of change not tried, and why")]
     summary: str
+    samples: NotRequired[Annotated[dict[str, int], Keys(("chosen_on", "held_back")), Doc(
+        "The evaluation samples the trials were compared on, and the ones held back to validate the winner on")]]
     seconds: NotRequired[Annotated[float, Doc("The build as configured and the search, before the rebuild with "
                                               "the chosen change")]]
     as_configured: NotRequired[Annotated[RepairCause, Doc(

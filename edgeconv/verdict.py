@@ -288,10 +288,12 @@ def calibration_checks(findings: Sequence[Any], limits: Limits) -> list[Check]:
 
 def repair_check(found: Mapping[str, Any], max_trials: int) -> Check:
     """The repair search: failed without a passing trial; a warning when the chosen change changes the model's
-    interface (allowed by repair.allow_interface_change, and said wherever a warning is)."""
+    interface (allowed by repair.allow_interface_change, and said wherever a warning is) or fails on the
+    held-back samples (the rebuilt model's gates, on every sample, decide)."""
     chosen = found["chosen"]
-    changed = chosen is not None and found["trials"][chosen - 1].get("interface_change")
-    outcome = Outcome.FAIL if chosen is None else Outcome.WARN if changed else Outcome.PASS
+    winner: Mapping[str, Any] = found["trials"][chosen - 1] if chosen is not None else {}
+    doubt = winner.get("interface_change") or (winner.get("held_back") or {}).get("failed")
+    outcome = Outcome.FAIL if chosen is None else Outcome.WARN if doubt else Outcome.PASS
     return Check("repair.search", Kind.AGREEMENT, outcome, found["summary"], len(found["trials"]), max_trials)
 
 

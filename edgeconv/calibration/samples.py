@@ -121,16 +121,19 @@ class SampleSet:
     def spool_file(self, k: int) -> Path:
         return self.folder / f"{self.role}-{k}.bin"
 
-    def batches(self, batch_size: int, limit: int | None = None, *,
-                partial: bool = False) -> Iterator[dict[str, np.ndarray]]:
-        """Batches of ``batch_size`` consecutive samples, read from the spool (at most ``limit`` samples).
-        With ``partial``, the samples left over at the end come as one smaller batch."""
-        total = self.count if limit is None else min(limit, self.count)
+    def batches(self, batch_size: int, limit: int | None = None, *, partial: bool = False,
+                start: int = 0) -> Iterator[dict[str, np.ndarray]]:
+        """Batches of ``batch_size`` consecutive samples from sample ``start`` on, read from the spool (at most
+        ``limit`` samples). With ``partial``, the samples left over at the end come as one smaller batch."""
+        left = max(self.count - start, 0)
+        total = left if limit is None else min(limit, left)
         sizes = [batch_size] * (total // batch_size)
         if partial and total % batch_size:
             sizes.append(total % batch_size)
         files = [self.spool_file(k).open("rb") for k in range(len(self.inputs))]
         try:
+            for f, spec in zip(files, self.inputs):
+                f.seek(start * int(np.prod(spec.shape[1:])) * np.dtype(spec.dtype).itemsize)
             for size in sizes:
                 batch = {}
                 for f, spec in zip(files, self.inputs):

@@ -99,6 +99,15 @@ class TrialResult:
     sqnr_db: dict[str, float | None]
     top1_agreement: dict[str, float | None]
     mac_share: dict[str, float]  # per target: share of the MACs on supported kernels
+    held_back: dict[str, Any] | None = None  # the same figures and failed gates on the held-back samples
+
+
+def figures(measured: Mapping[str, Any]) -> tuple[float | None, dict[str, float | None], dict[str, float | None]]:
+    """A trial's accuracy, SQNR and top-1 agreement per output, from its parity measurement."""
+    accuracy = measured["accuracy"]
+    return (accuracy.get("built") if accuracy is not None else None,
+            {o: m["built"]["sqnr_db"] for o, m in measured["outputs"].items()},
+            {o: m["built"]["top1_agreement"] for o, m in measured["outputs"].items()})
 
 
 PERCENTILES = (99.99, 99.9)  # range_percentile candidates, the least clipping first
@@ -308,8 +317,10 @@ def snippet(change: Mapping[str, Mapping[str, Any]], interface: str | None = Non
 
 def search(cands: Sequence[Candidate], trial: Callable[[Candidate], TrialResult], *, max_trials: int,
            max_seconds: float, pipeline: Path, skipped: Sequence[str] = (),
-           log: Callable[[str], None] = lambda _: None) -> rm.Repair:
-    """Run trials within the budget; choose the passing trial that keeps the most MACs supported."""
+           log: Callable[[str], None] = lambda _: None, samples: tuple[int, int] | None = None) -> rm.Repair:
+    """Run trials within the budget; choose the passing trial that keeps the most MACs supported. With
+    ``samples`` (chosen on, held back) the trials also measured the held-back samples: the winner's figures
+    there are its validation."""
     trials: list[rm.RepairTrial] = []
     start = time.monotonic()
     stopped = "tried every candidate"
@@ -324,11 +335,14 @@ def search(cands: Sequence[Candidate], trial: Callable[[Candidate], TrialResult]
         log(f"repair: trial {i + 1} of {planned}: {cand.what}")
         began = time.monotonic()
         r = trial(cand)
-        trials.append({"trial": i + 1, "change": cand.what, "snippet": snippet(cand.change, cand.interface_change),
-                       "interface_change": cand.interface_change,
-                       "passes_gates": not r.failed, "failed": r.failed, "bytes": r.bytes, "accuracy": r.accuracy,
-                       "sqnr_db": r.sqnr_db, "top1_agreement": r.top1_agreement, "mac_share": r.mac_share,
-                       "seconds": round(time.monotonic() - began, 2)})
+        record: rm.RepairTrial = {
+            "trial": i + 1, "change": cand.what, "snippet": snippet(cand.change, cand.interface_change),
+            "interface_change": cand.interface_change, "passes_gates": not r.failed, "failed": r.failed,
+            "bytes": r.bytes, "accuracy": r.accuracy, "sqnr_db": r.sqnr_db, "top1_agreement": r.top1_agreement,
+            "mac_share": r.mac_share, "seconds": round(time.monotonic() - began, 2)}
+        if r.held_back is not None:
+            record["held_back"] = r.held_back
+        trials.append(record)
     passing = [t for t in trials if t["passes_gates"]]
     chosen = min(passing, key=lambda t: (-min(t["mac_share"].values(), default=1.0), t["bytes"], t["trial"]),
                  default=None)
@@ -338,6 +352,8 @@ def search(cands: Sequence[Candidate], trial: Callable[[Candidate], TrialResult]
                         "snippet": chosen["snippet"] if chosen is not None else None, "stopped": stopped,
                         "closest": closest["trial"] if closest is not None else None, "skipped": list(skipped),
                         "summary": ""}
+    if samples is not None:
+        found["samples"] = {"chosen_on": samples[0], "held_back": samples[1]}
     found["summary"] = sentence(found, pipeline)
     return found
 
@@ -355,8 +371,25 @@ def sentence(found: Mapping[str, Any], pipeline: Path) -> str:
     t = trials[found["chosen"] - 1]
     interface = (f"; it CHANGES THE MODEL'S INTERFACE ({t['interface_change']}): firmware must feed and read "
                  "those types" if t.get("interface_change") else "")
-    return (f"repair: trial {t['trial']} of {len(trials)} passes every gate: {t['change']}{interface}; the output is "
-            f"built with it (add it to {rel(pipeline)}: report.md shows the snippet)")
+    return (f"repair: trial {t['trial']} of {len(trials)} passes every gate: {t['change']}{interface}"
+            f"{_validation(found, t)}; the output is built with it (add it to {rel(pipeline)}: report.md shows the "
+            "snippet)")
+
+
+def _validation(found: Mapping[str, Any], t: Mapping[str, Any]) -> str:
+    """The winner on the samples it was not chosen on."""
+    held, samples = t.get("held_back"), found.get("samples")
+    if held is None or samples is None:
+        return ""
+    sqnr = ", ".join(f"{v:.1f} dB" for v in held["sqnr_db"].values() if v is not None)
+    numbers = f"SQNR {sqnr} against {', '.join(f'{v:.1f} dB' for v in t['sqnr_db'].values() if v is not None)}"
+    if held.get("accuracy_drop") is not None:
+        numbers += f", accuracy drop {held['accuracy_drop'] * 100:.2f} points there"
+    if held["failed"]:
+        return (f"; on the {samples['held_back']} held-back samples it does NOT pass ({numbers}: "
+                f"{'; '.join(held['failed'])})")
+    return (f"; chosen on {samples['chosen_on']} samples, it passes on the {samples['held_back']} held back too "
+            f"({numbers})")
 
 
 def _interface_note(found: Mapping[str, Any]) -> str:

@@ -85,21 +85,25 @@ def verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, converte
     chunk = max(1, SOURCE_CHUNK // batch) * batch if loaded.any_batch else batch
     chunks = samples.batches(chunk, partial=True)
 
-    def measure(data: bytes, *, with_float: bool = False) -> rm.Parity:
+    def measure(data: bytes, *, with_float: bool = False, part: tuple[int, int] | None = None) -> rm.Parity:
+        """The model ``data`` against the source model (and the float .tflite), on every sample or on
+        ``part`` (first sample, count; the first a whole number of batches)."""
         runs = {"tflite_float": TFLiteRunner(float_tflite).run} if with_float and float_tflite is not None else {}
         runs["built"] = TFLiteRunner(data).run
-        step = itertools.count()
+        start, count = part if part is not None else (0, samples.count)
+        step = itertools.count(start // batch)
 
         def source(feeds: Mapping[str, Any]) -> dict[str, Any]:
             k = next(step)
-            if k == len(source_outputs):
+            while k >= len(source_outputs):
                 outputs = reference(next(chunks))
                 size = len(next(iter(outputs.values())))
                 source_outputs.extend({o: v[i:i + batch] for o, v in outputs.items()} for i in range(0, size, batch))
             return source_outputs[k]
 
-        return {**parity.measure(source, runs, samples.batches(batch), shapes, labels, config.verify.outputs),
-                "data": samples.role}
+        truth = labels[start:start + count] if labels is not None else None
+        return {**parity.measure(source, runs, samples.batches(batch, count, start=start), shapes, truth,
+                                 config.verify.outputs), "data": samples.role}
 
     result = measure(exported.tflite, with_float=True)
     # The INT8 model's agreement first: when both fail, that is the line the user reads.
@@ -148,17 +152,33 @@ def verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, converte
                         suggestion, tuple(checks), found, why)
 
 
+HELD_BACK = 1 / 3  # of the evaluation samples, kept out of the choice to validate the repair's winner on
+MIN_HELD_BACK = 20  # fewer held-back samples than this validate nothing: the search uses every sample
+
+
+def held_back_split(total: int, batch: int) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """The samples the repair search chooses on and the ones it validates the winner on (each a first sample
+    and a count, whole batches), or None when too few would be held back."""
+    hold = int(total * HELD_BACK) // batch * batch
+    if hold < MIN_HELD_BACK:
+        return None
+    choose = (total - hold) // batch * batch
+    return (0, choose), (choose, (total - choose) // batch * batch)
+
+
 def _repair(config: PipelineConfig, repairing: Repairing, converter: Any, calib: SampleSet,
-            evaluation: SampleSet | None, measure: Callable[[bytes], rm.Parity], ranked: list[rm.Culprit] | None,
+            evaluation: SampleSet | None, measure: Callable[..., rm.Parity], ranked: list[rm.Culprit] | None,
             limits: Limits, progress: Progress | None, pointed: Sequence[Any] = ()) -> rm.Repair:
     """The repair search (edgeconv/verify/repair.py): each candidate converted by the build's converter
-    worker, measured on the build's samples, checked against every target and the inputs' ranges."""
+    worker, measured on two thirds of the build's samples (the choice), checked against every target and the
+    inputs' ranges; and on the held-back third, which the winner is validated on."""
     from . import repair
 
     repairing.clock.lap("verify")
     repairing.clock.begin("repair: searching")
     targets = repairing.targets
     count = itertools.count(1)
+    split = held_back_split((evaluation or calib).count, config.model.batch_size)
 
     def trial(candidate: repair.Candidate) -> repair.TrialResult:
         n = next(count)
@@ -173,7 +193,8 @@ def _repair(config: PipelineConfig, repairing: Repairing, converter: Any, calib:
             said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             return repair.TrialResult([f"the conversion failed: {said[:200]}"], 0, None, {}, {},
                                       {t.name: 0.0 for t in targets})
-        measured = measure(built)
+        measured = measure(built, part=split[0] if split else None)
+        held = measure(built, part=split[1]) if split else None
         model = parse_tflite(built, f"repair trial {n}")
         results = tuple(check_model(model, t) for t in targets)
         # The inputs' quantization judged as the build judges it: a trial that clips its inputs fails here too.
@@ -182,12 +203,12 @@ def _repair(config: PipelineConfig, repairing: Repairing, converter: Any, calib:
         failed = verdict.failed_sentences([*verdict.agreement_checks(measured, limits),
                                            *verdict.target_checks(results, limits),
                                            *verdict.calibration_checks(findings, limits)])
-        accuracy = measured["accuracy"]
-        return repair.TrialResult(
-            failed, len(built), accuracy.get("built") if accuracy is not None else None,
-            {o: m["built"]["sqnr_db"] for o, m in measured["outputs"].items()},
-            {o: m["built"]["top1_agreement"] for o, m in measured["outputs"].items()},
-            {r.target.name: round(r.shares()["macs"], 4) for r in results})
+        return repair.TrialResult(failed, len(built), *repair.figures(measured),
+                                  {r.target.name: round(r.shares()["macs"], 4) for r in results},
+                                  None if held is None else {
+                                      "failed": verdict.failed_sentences(verdict.agreement_checks(held, limits)),
+                                      **dict(zip(("accuracy", "sqnr_db", "top1_agreement"), repair.figures(held))),
+                                      "accuracy_drop": (held["accuracy"] or {}).get("drop", {}).get("built")})
 
     cands, skipped = repair.candidates(
         config, no_float=[t.name for t in targets if not t.quantization.float_fallback],
@@ -201,7 +222,7 @@ def _repair(config: PipelineConfig, repairing: Repairing, converter: Any, calib:
              config.repair.max_trials)
     found = repair.search(cands, trial, max_trials=config.repair.max_trials,
                           max_seconds=config.repair.max_minutes * 60, pipeline=config.source, skipped=skipped,
-                          log=log.info)
+                          log=log.info, samples=(split[0][1], split[1][1]) if split else None)
     repairing.clock.lap("repair")
     return found
 

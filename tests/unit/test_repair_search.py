@@ -298,3 +298,18 @@ def test_an_interface_change_is_the_first_line_of_its_snippet() -> None:
     text = repair.snippet({"quantization": {"keep_float": ["^a$"]}}, "input int8 -> float32")
     assert text.splitlines()[0] == "# changes the model's interface: input int8 -> float32"
     assert yaml.safe_load(text) == {"quantization": {"keep_float": ["^a$"]}}
+
+
+@pytest.mark.parametrize(("total", "batch", "split"), [
+    (60, 1, ((0, 40), (40, 20))),  # a third is 20: just enough to hold back
+    (59, 1, None),  # 19: too few, the search uses every sample
+    (61, 1, ((0, 41), (41, 20))),
+    (64, 4, ((0, 44), (44, 20))),  # whole batches on both sides
+    (63, 4, ((0, 40), (40, 20))),  # the 3 samples left over from whole batches are in neither
+])
+def test_the_held_back_samples_are_a_third_in_whole_batches(total: int, batch: int,
+                                                            split: tuple[tuple[int, int], tuple[int, int]] | None
+                                                            ) -> None:
+    from edgeconv.verify.stage import held_back_split
+
+    assert held_back_split(total, batch) == split
