@@ -218,7 +218,8 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
         clock.carry("repair", repaired["seconds"])
     v, q, batch = config.verify, config.quantization, config.model.batch_size
     clock.begin("loading the model")
-    loaded = load_stage(config.model, config.named_outputs, config.source, worker, progress)
+    loaded = load_stage(config.model, config.named_outputs, config.source, worker, progress,
+                        boxes=[o for o, kind in v.outputs.items() if kind == "boxes"])
     clock.lap("load")
     data = data_stage(config.calibration, config.evaluation, loaded.graph.inputs, work, progress,
                       base=config.source.parent, batch=batch, pass_samples=v.pass_samples)

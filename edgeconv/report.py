@@ -210,11 +210,13 @@ def console_lines(report: rm.Report) -> list[str]:
             lines.append(f"accuracy: {acc['source']:.2%} in float -> {acc['built']:.2%} built "
                          f"(drop {acc['drop']['built'] * 100:.2f} points, on {parity['samples']} "
                          f"{parity.get('data', 'evaluation')} samples)")
-        sqnr = [(name, per["built"]["sqnr_db"], per["built"]["top1_agreement"])
+        sqnr = [(name, per["built"]["sqnr_db"], per["built"]["top1_agreement"], per["built"].get("mean_iou"))
                 for name, per in parity["outputs"].items()]
         lines += [f"output {name!r}: SQNR {_num(db, '.1f')} dB"
                   + (f", top-1 agreement {top1:.2%}" if top1 is not None else "")
-                  + f" against the float model ({parity.get('data', 'evaluation')} samples)" for name, db, top1 in sqnr]
+                  + (f", mean box IoU {iou:.3f}" if iou is not None else "")
+                  + f" against the float model ({parity.get('data', 'evaluation')} samples)"
+                  for name, db, top1, iou in sqnr]
     memory = report.get("memory")
     tfl = report["tflite"]
     lines.append(f"size: {tfl['bytes']:,} bytes" + (f"; TFLite Micro arena (estimated): {memory['arena_bytes']:,} bytes"
@@ -463,6 +465,7 @@ def verification_markdown(report: rm.Report) -> list[str]:
         for name, per in parity["outputs"].items():
             for model, m in per.items():
                 top1 = "-" if m["top1_agreement"] is None else f"{m['top1_agreement']:.2%}"
+                top1 += f" (mean box IoU {m['mean_iou']:.3f})" if m.get("mean_iou") is not None else ""
                 lines.append(f"| {name} | {model} | {m['max_abs_error']:.3g} | {m['mean_abs_error']:.3g} | "
                              f"{m['cosine']:.6f} | {_num(m['sqnr_db'], '.1f')} | {top1} |")
         acc = parity.get("accuracy")

@@ -210,13 +210,16 @@ class OutputParity(TypedDict):
         "Share of the top-1 decisions the compared model shares with the reference: the top-1 class "
         "(classification), the decision at 0.5 (binary; multilabel: per tag, averaged); null for regression")]
     reference_max_abs: NotRequired[float]
+    mean_iou: NotRequired[Annotated[float | None, Doc(
+        "boxes outputs: the mean intersection over union of each box with the reference's")]]
 
 
 class Parity(TypedDict):
     samples: Count
     data: NotRequired[Annotated[str, OneOf(("evaluation", "calibration", "random")), Doc(
         "The samples it ran on: the evaluation data, or without any, the calibration samples.")]]
-    kinds: NotRequired[dict[str, Annotated[str, OneOf(("classification", "binary", "multilabel", "regression"))]]]
+    kinds: NotRequired[dict[str, Annotated[str, OneOf(("classification", "binary", "multilabel", "regression",
+                                                        "boxes"))]]]
     outputs: Annotated[dict[str, dict[str, OutputParity]], Doc("Per model output, per pair compared.")]
     accuracy: Annotated[dict[str, Any] | None, Doc(
         "Top-1 accuracy against the labels: the output scored, one share per model compared (source, tflite_float, "

@@ -62,11 +62,11 @@ def load_model(cfg: ModelConfig, base_dir: Path) -> LoadedModel:
 
 
 def load_stage(model: ModelConfig, named_outputs: Mapping[str, Collection[str]], pipeline: Path, worker: Worker,
-               progress: Progress | None) -> LoadedModel:
+               progress: Progress | None, boxes: Collection[str] = ()) -> LoadedModel:
     """The model in inference mode (the converter worker started first: see :func:`start_worker`; paths
     relative to the ``pipeline`` file's folder); the output names the pipeline gives (``named_outputs``: per
     key, such as verify.outputs or gates.min_sqnr_db), known to be outputs only now, checked before any data
-    is read."""
+    is read; so are the shapes of the outputs declared ``boxes``."""
     log.info("loading %s (%s) in inference mode", rel(model.path), model.resolved_format().value)
     start_worker(worker, progress)
     loaded = load_model(model, pipeline.parent)
@@ -75,6 +75,12 @@ def load_stage(model: ModelConfig, named_outputs: Mapping[str, Collection[str]],
     if unknown:
         raise ConfigError([f"{rel(pipeline)}: {key}: {name!r} is not a model output (outputs: "
                            f"{', '.join(outputs)}){did_you_mean(name, outputs)}" for key, name in unknown])
+    unboxed = [o for o in loaded.graph.outputs if o.name in boxes and (
+        not o.shape or (o.shape[-1] is not None and o.shape[-1] % 4))]
+    if unboxed:
+        raise ConfigError([f"{rel(pipeline)}: verify.outputs.{o.name}: boxes, but the output's shape "
+                           f"{list(o.shape)} does not end in corner boxes of 4 values (declare it regression)"
+                           for o in unboxed])
     return loaded
 
 

@@ -38,6 +38,9 @@ class _Accumulator:
     scores: bool = True  # every reference row so far is a vector of class probabilities
     probabilities: bool = True  # every reference value so far lies in [0, 1] (sigmoid units)
     decided: int = 0  # values whose decision at 0.5 (value >= 0.5) is the reference's
+    boxes: bool = False  # the output holds corner boxes: their IoU with the reference's is measured
+    iou_sum: float = 0.0
+    box_count: int = 0
 
     def add(self, want: np.ndarray, got: np.ndarray) -> None:
         want = want.astype(np.float64).reshape(want.shape[0], -1)
@@ -62,6 +65,10 @@ class _Accumulator:
         self.cosine_sum += float(cosine.sum())
         if want.shape[1] > 1:
             self.agree += int(np.sum(want.argmax(1) == got.argmax(1)))
+        if self.boxes and want.shape[1] % 4 == 0:
+            ious = box_iou(want.reshape(-1, 4), got.reshape(-1, 4))
+            self.iou_sum += float(ious.sum())
+            self.box_count += ious.size
 
     def result(self, kind: str) -> rm.OutputParity:
         """The comparison; ``top1_agreement`` by the output's kind: the top-1 class (classification), the
@@ -70,9 +77,25 @@ class _Accumulator:
         sqnr = 10 * math.log10(self.signal / self.noise) if self.noise > 0 and self.signal > 0 else None
         top1 = (self.agree / max(self.samples, 1) if kind == "classification" else
                 self.decided / max(self.n, 1) if kind in ("binary", "multilabel") else None)
-        return {"max_abs_error": self.max_abs, "mean_abs_error": self.sum_abs / max(self.n, 1),
-                "reference_max_abs": self.reference_max,
-                "cosine": self.cosine_sum / max(self.samples, 1), "sqnr_db": sqnr, "top1_agreement": top1}
+        out: rm.OutputParity = {"max_abs_error": self.max_abs, "mean_abs_error": self.sum_abs / max(self.n, 1),
+                                "reference_max_abs": self.reference_max,
+                                "cosine": self.cosine_sum / max(self.samples, 1), "sqnr_db": sqnr,
+                                "top1_agreement": top1}
+        if self.boxes:
+            out["mean_iou"] = self.iou_sum / self.box_count if self.box_count else None
+        return out
+
+
+def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Intersection over union of corner boxes row by row (ymin, xmin, ymax, xmax, or x first: the same IoU);
+    the corners of each box taken in either order. Two empty boxes at the same place agree: 1."""
+    lo_a, hi_a = np.minimum(a[:, :2], a[:, 2:]), np.maximum(a[:, :2], a[:, 2:])
+    lo_b, hi_b = np.minimum(b[:, :2], b[:, 2:]), np.maximum(b[:, :2], b[:, 2:])
+    inter = np.prod(np.clip(np.minimum(hi_a, hi_b) - np.maximum(lo_a, lo_b), 0.0, None), axis=1)
+    union = np.prod(hi_a - lo_a, axis=1) + np.prod(hi_b - lo_b, axis=1) - inter
+    same = np.all(a == b, axis=1)
+    iou: np.ndarray = np.where(union > 0, inter / np.where(union > 0, union, 1.0), same.astype(np.float64))
+    return iou
 
 
 def is_classifier(shape: tuple[int, ...]) -> bool:
@@ -95,16 +118,17 @@ def measure(reference: Run, candidates: Mapping[str, Run], batches: Iterable[dic
             output_shapes: Mapping[str, tuple[int, ...]], labels: np.ndarray | None,
             kinds: Mapping[str, str] | None = None) -> rm.Parity:
     """Compare every candidate with the reference, output by output, on the same batches. ``kinds`` says
-    each output's kind (classification, binary, multilabel, regression); an output not named is
+    each output's kind (classification, binary, multilabel, regression, boxes); an output not named is
     classification when it holds class probabilities, binary when it is one value per sample in [0, 1] that
     0/1 labels score, regression otherwise. The labels score the first classification output, else a
     binary one (the decision at 0.5)."""
     kinds = kinds or {}
-    acc = {c: {o: _Accumulator() for o in output_shapes} for c in candidates}
+    acc = {c: {o: _Accumulator(boxes=kinds.get(o) == "boxes") for o in output_shapes} for c in candidates}
     declared = [o for o in output_shapes if kinds.get(o) == "classification"]
     scored = declared[0] if declared else next(
         (o for o, s in output_shapes.items() if is_classifier(s) and kinds.get(o) not in ("regression", "binary",
-                                                                                           "multilabel")), None)
+                                                                                           "multilabel", "boxes")),
+        None)
     binary_labels = labels is not None and bool(np.all((labels == 0) | (labels == 1)))
     unit = None if scored is not None or not binary_labels else next(
         (o for o, s in output_shapes.items() if is_unit(s) and kinds.get(o, "binary") == "binary"), None)

@@ -324,3 +324,22 @@ def test_a_fix_that_needs_float_io_is_not_made_unless_the_interface_may_change(t
                for line in capsys.readouterr().out.splitlines())
     assert "(interface: input int8 -> float32, output int8 -> float32)" in (
         tmp_path / "build" / "wine" / "report.md").read_text()
+
+
+def test_a_binary_head_collapsed_by_its_input_is_repaired_when_the_interface_may_change(tmp_path: Path) -> None:
+    """Breast cancer's 30 raw features, one sigmoid unit: the INT8 model calls most rows one class; with the
+    interface allowed to change the normalization kept in float passes every gate, accuracy included."""
+    from .test_diagnosis import _tabular
+
+    _, _, n = _tabular(tmp_path, "cancer")
+    (tmp_path / "p.yaml").write_text(
+        f"version: 1\nmodel: {{path: cancer.keras}}\ncalibration: {{path: cal.npz, samples: {n}}}\n"
+        "evaluation: {path: eval.npz, labels: label}\ntargets: [arm-neon]\n"
+        "repair: {enabled: true, allow_interface_change: true, max_trials: 1}\n")
+    result = edgeconv.build(tmp_path / "p.yaml")
+    found = result.report["repair"]
+    before = found["as_configured"]["failed"]
+    assert any(f.startswith("accuracy drop ") for f in before)
+    assert result.passed and found["chosen"] == 1
+    parity = result.report["parity"]
+    assert parity["kinds"] == {"p": "binary"} and parity["accuracy"]["drop"]["built"] <= 0.03

@@ -204,3 +204,34 @@ def test_activation_clipping_at_its_limit(out: int, n: int, percentile: float | 
     from edgeconv.calibration.checks import clipping
 
     assert clipping({"t": (float(out), float(n))}, percentile) == ([(out / n, "t")] if found else [])
+
+
+# Detection boxes: each built box's IoU with the source model's.
+@pytest.mark.parametrize(("a", "b", "iou"), [
+    ([0, 0, 2, 2], [0, 0, 2, 2], 1.0),
+    ([0, 0, 2, 2], [1, 0, 3, 2], 1 / 3),  # half of each overlaps: 2 / (4 + 4 - 2)
+    ([0, 0, 2, 2], [2, 2, 4, 4], 0.0),  # touching corners
+    ([2, 2, 0, 0], [0, 0, 2, 2], 1.0),  # corners in the other order: the same box
+    ([1, 1, 1, 1], [1, 1, 1, 1], 1.0),  # two empty boxes at one place agree
+    ([1, 1, 1, 1], [2, 2, 2, 2], 0.0),
+])
+def test_box_iou(a: list[float], b: list[float], iou: float) -> None:
+    import numpy as np
+
+    from edgeconv.verify.parity import box_iou
+
+    assert box_iou(np.array([a], float), np.array([b], float)) == pytest.approx([iou])
+
+
+def test_a_boxes_output_reports_its_mean_iou_and_no_top1() -> None:
+    import numpy as np
+
+    from edgeconv.verify.parity import measure
+
+    want = np.array([[[0, 0, 2, 2], [0, 0, 1, 1]]], np.float32)  # one sample, two boxes
+    got = np.array([[[1, 0, 3, 2], [0, 0, 1, 1]]], np.float32)
+    parity = measure(lambda f: {"boxes": want}, {"built": lambda f: {"boxes": got}}, [{"x": np.zeros(1)}],
+                     {"boxes": (1, 2, 4)}, None, {"boxes": "boxes"})
+    m = parity["outputs"]["boxes"]["built"]
+    assert m["mean_iou"] == pytest.approx((1 / 3 + 1) / 2) and m["top1_agreement"] is None
+    assert parity["kinds"] == {"boxes": "boxes"}
