@@ -101,8 +101,8 @@ def test_resolved_pipeline_round_trips(project: Path) -> None:
      "p.yaml:6: name: 'sub/dir' is not a file name: it names the files written inside the output folder "
      "(letters, digits, '.', '_', '-'; not a path, not starting with '.')"),
     (MINIMAL + "verify: {outputs: {boxes: regresion}}\n",
-     "p.yaml:6: verify.outputs.boxes: unknown output kind 'regresion' (allowed: binary, classification, multilabel, "
-     "regression); did you mean 'regression'?"),
+     "p.yaml:6: verify.outputs.boxes: unknown output kind 'regresion' (allowed: binary, boxes, classification, "
+     "multilabel, regression); did you mean 'regression'?"),
     (MINIMAL + "gates: {disable: [acuracy]}\n",
      "p.yaml:6: gates.disable[0]: unknown default gate 'acuracy' (allowed: accelerator, accuracy, agreement, "
      "calibration); did you mean 'accuracy'?"),
