@@ -132,6 +132,12 @@ def junit_xml(outcomes: Sequence[Outcome]) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
 
 
+def _why(report: rm.Report) -> list[str]:
+    """The reasons a build failed, then the diagnosis' first cause."""
+    cause = first_cause(report)
+    return [*report["gate"]["reasons"], *([cause] if cause is not None else [])]
+
+
 def summary_markdown(outcomes: Sequence[Outcome]) -> str:
     """One table for every pipeline, then what failed and why; for a step summary or a PR comment."""
     word = EXIT_WORDS.get(worst(outcomes), "crash").upper()
@@ -155,12 +161,17 @@ def summary_markdown(outcomes: Sequence[Outcome]) -> str:
         cached = " (cached)" if o.cached else ""
         lines.append(f"| `{rel(o.pipeline)}` | **{EXIT_WORDS.get(o.code, o.code)}**{cached} | "
                      f"{r['tflite']['bytes']:,} B | {targets} | {parity} | {where} |")
-    problems = [(o, reason) for o in outcomes for reason in (o.report["gate"]["reasons"] if o.report else [])]
+    problems = [(o, reason) for o in outcomes for reason in (_why(o.report) if o.report else [])]
     errors = [o for o in outcomes if o.report is None]
     if problems or errors:
         lines += ["", "### Why", ""]
         lines += [f"- `{rel(o.pipeline)}` ({o.name}): {reason}" for o, reason in problems]
         lines += [f"- `{rel(o.pipeline)}`: {line}" for o in errors for line in (o.error or "").splitlines()]
+    changed = [(o, found["summary"]) for o in outcomes if o.report and (found := o.report.get("repair"))
+               and found["chosen"] is not None and found["trials"][found["chosen"] - 1].get("interface_change")]
+    if changed:
+        lines += ["", "### Repaired with a change to the model's interface", ""]
+        lines += [f"- `{rel(o.pipeline)}` ({o.name}): {summary}" for o, summary in changed]
     disabled = [(o, note) for o in outcomes for note in (o.report["gate"].get("disabled", []) if o.report else [])]
     if disabled:
         lines += ["", "### Default gates loosened by the pipeline", ""]

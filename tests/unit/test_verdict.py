@@ -175,3 +175,38 @@ def test_a_target_passes_only_with_every_check_made_on_it(target_verdict: str, g
     target = {"name": "edgetpu", "verdict": target_verdict}
     checks = [{"target": "edgetpu", "outcome": gate_outcome}, {"target": "arm-neon", "outcome": "fail"}]
     assert verdict.target_passes(target, checks) is passes
+
+
+CAUSE = {"rank": 1, "id": "input_resolution", "confirmed": True, "subject": "x", "source_layers": [],
+         "sentence": "input 'x': one int8 scale (6.588): 12 of 13 features span fewer than 16 levels",
+         "fix": "scale the features to similar ranges", "evidence": {}}
+
+
+def test_the_first_cause_of_a_failure_is_said_in_every_output() -> None:
+    body = report([*PASSING, FAILING[Kind.AGREEMENT]])
+    body["diagnosis"] = {"failed": ["agreement.sqnr_db.tags"], "causes": [CAUSE, {**CAUSE, "rank": 2}]}
+    line = ("cause (input_resolution): input 'x': one int8 scale (6.588): 12 of 13 features span fewer than 16 "
+            "levels; fix: scale the features to similar ranges (1 more in report.md)")
+    console = console_lines(body)
+    assert console[console.index("gate: FAIL") + 2] == f"  {line}"
+    md = to_markdown(body)
+    assert "| 1 | `input_resolution` | yes | input 'x': one int8 scale (6.588): 12 of 13 features span fewer" in md
+    outcome = Outcome(Path("p.yaml"), 1, 1.0, body)
+    assert f"- `p.yaml` (m): {line}" in summary_markdown([outcome]).splitlines()
+    assert f"::error file=p.yaml,title=edgeconv diagnosis (m)::{line}" in workflow_commands([outcome])
+
+
+def test_a_repair_that_changes_the_interface_is_a_warning_said_in_every_output() -> None:
+    summary = ("repair: trial 1 of 1 passes every gate: keep the ops that read input 'x' in float (SUB, MUL); it "
+               "CHANGES THE MODEL'S INTERFACE (input int8 -> float32, output int8 -> float32): firmware must feed "
+               "and read those types; the output is built with it (add it to p.yaml: report.md shows the snippet)")
+    found = {"trials": [{"trial": 1, "interface_change": "input int8 -> float32, output int8 -> float32"}],
+             "chosen": 1, "summary": summary}
+    check = verdict.repair_check(found, 12)
+    body = report([*PASSING, check])
+    body["repair"] = {**found, "snippet": "quantization: {}", "stopped": "", "closest": None, "skipped": []}
+    assert body["gate"]["verdict"] == "pass" and check.outcome is verdict.Outcome.WARN
+    assert summary in console_lines(body)
+    outcome = Outcome(Path("p.yaml"), 0, 1.0, body)
+    assert f"- `p.yaml` (m): {summary}" in summary_markdown([outcome]).splitlines()
+    assert any(line.startswith("::warning") and line.endswith(summary) for line in workflow_commands([outcome]))
