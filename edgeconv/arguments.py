@@ -151,6 +151,12 @@ def _check_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--min-mac-share", type=float, metavar="F",
                    help="fail when less than this share (0..1) of the MACs runs supported on a target")
     c.add_argument("--fail-on-warnings", action="store_true", help="fail when a target reports a warning")
+    _arg(c, "--reference-inputs", type=Path, metavar="X.npz",
+         help="compare each target's runtime here (XNNPACK, LiteRT's optimized kernels, TFLite Micro) with "
+         "edgeconv's reference on the first 8 samples of X.npz, op by op (as `edgeconv reference` reads it)"
+         ).completer = _files(".npz")
+    c.add_argument("--max-drift-lsb", type=int, metavar="N",
+                   help="with --reference-inputs: fail when a runtime is more than N LSB from the reference")
 
 
 def _diff_arguments(d: argparse.ArgumentParser) -> None:

@@ -18,22 +18,26 @@ def check_lines(path: Path, result: CheckResult, fmt: str, *, quiet: bool = Fals
     the diagnosis says), then the gate's reasons; ``fmt`` is ``text``, ``md`` or ``json``."""
     from .report import target_lines, targets_markdown
     from .targets.diagnosis import diagnose
+    from .verify.drift_stage import drift_lines
 
     data = result.to_json()
-    if fmt == "json":
-        return [json.dumps(data, indent=2)]
+    if fmt == "json":  # the report's targets section; with --reference-inputs, beside the runtimes' drift
+        return [json.dumps(data if result.drift is None else {"targets": data, "runtime_drift": result.drift},
+                           indent=2)]
     found = diagnose(result.model)
     if fmt == "md":
         said = [f"**Model:** {found.sentence}", ""] if found is not None else []
         table = targets_markdown(data, result.gate["checks"])
-        return ["\n".join([f"# edgeconv check: {rel(path)}", "", *said, *table])]
+        from .report import drift_markdown
+
+        return ["\n".join([f"# edgeconv check: {rel(path)}", "", *said, *table, "", *drift_markdown(result.drift)])]
     lines = [f"model: {found.sentence}"] if found is not None and not quiet else []
     brief = (found is not None and found.explains_every_op) or quiet
     for t in data:
         lines += target_lines(t, result.gate["checks"], per_op=not brief)
     if brief and not quiet:
         lines.append("(every op fails an integer target for that reason; per-op details: --format md or json)")
-    return lines + [f"gate: {reason}" for reason in result.gate["reasons"]]
+    return lines + drift_lines(result.drift) + [f"gate: {reason}" for reason in result.gate["reasons"]]
 
 
 def onnx_warnings(summary: rm.OnnxSummary) -> list[str]:

@@ -275,7 +275,12 @@ def _check(args: argparse.Namespace) -> int:
         max_cpu_fallback_ops={t: args.max_cpu_fallback for t in targets} if args.max_cpu_fallback is not None else {},
         min_supported_mac_share={t: args.min_mac_share for t in targets} if args.min_mac_share is not None else {},
         fail_on_warnings=args.fail_on_warnings)
-    result = check(args.model, targets, gates)
+    if args.max_drift_lsb is not None and args.reference_inputs is None:
+        from .errors import ConfigError
+
+        raise ConfigError(["--max-drift-lsb needs --reference-inputs (the samples the runtimes are compared on)"])
+    result = check(args.model, targets, gates, reference_inputs=args.reference_inputs,
+                   max_drift_lsb=args.max_drift_lsb)
     lines = check_lines(args.model, result, args.format, quiet=args.quiet)
     if args.format == "text":
         print_lines(lines, sys.stdout)  # verdict words in colour on a terminal

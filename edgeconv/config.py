@@ -257,6 +257,10 @@ class VerifyConfig:
     float_tolerance: float = setting(
         "Largest absolute output difference allowed between the float .tflite and the source model; more is a "
         "conversion bug and fails the build.", default=1e-5, minimum=0.0)
+    runtime_drift: int = setting(
+        "Evaluation samples each target's runtime here (XNNPACK, LiteRT's optimized kernels, TFLite Micro) is "
+        "compared on with edgeconv's reference (the INT8 arithmetic by hand), op by op; 0: not measured (the "
+        "reference runs in NumPy: about 0.2 s a sample on MobileNetV2).", default=0, minimum=0)
     culprits: int = setting("How many of the ops that add the most quantization error the report lists (0: no "
                             "per-op analysis: it runs TF's QuantizationDebugger on the evaluation data, a large "
                             "part of the build time on big models).", default=5, minimum=0)
@@ -368,6 +372,11 @@ class GatesConfig:
     max_arena_bytes: int | None = setting("Largest estimated TFLite Micro tensor arena, in bytes.", default=None,
                                           minimum=1)
     max_flash_bytes: int | None = setting("Largest model size (flash), in bytes.", default=None, minimum=1)
+    max_runtime_drift_lsb: int | None = setting(
+        "Largest difference, in LSBs, between a target's runtime (XNNPACK for arm-neon, LiteRT's optimized "
+        "kernels for generic-int8, TFLite Micro for tflm-cmsis-nn) and edgeconv's reference on any op output it "
+        "exposes; 0 requires bit-exact agreement. Measured on verify.runtime_drift samples (8 when that is 0).",
+        default=None, minimum=0)
     max_size_growth: float | None = setting(
         "With a baseline (build --baseline): largest growth of the .tflite, as a share of the baseline's size.",
         default=None, minimum=0.0)

@@ -63,6 +63,7 @@ class Limits:
     uncertain_fails: bool = True  # an op an accelerator target is uncertain about fails (gates.uncertain)
     max_arena_bytes: int | None = None
     max_flash_bytes: int | None = None
+    max_runtime_drift_lsb: int | None = None
     notes: tuple[Loosened, ...] = ()
     # min_sqnr_db, min_top1_agreement, min_cosine given per model output: {gate: {output: limit}}; the outputs
     # not named have the gate's own field
@@ -147,4 +148,5 @@ def gate_limits(config: PipelineConfig) -> Limits:
         max_cpu_fallback_ops=dict(g.max_cpu_fallback_ops), min_supported_mac_share=dict(g.min_supported_mac_share),
         fail_on_warnings=g.fail_on_warnings, uncertain_fails=g.uncertain.value == "fail",
         max_arena_bytes=g.max_arena_bytes, max_flash_bytes=g.max_flash_bytes,
+        max_runtime_drift_lsb=g.max_runtime_drift_lsb,
         notes=tuple(notes), per_output=per_output)

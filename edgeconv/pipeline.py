@@ -44,6 +44,7 @@ from .results import BuildResult, CheckResult
 from .targets import is_target_file, load_target
 from .targets.checker import TargetResult, check_model, check_targets
 from .targets.target import Target
+from .verify.drift_stage import drift_stage
 from .verify.equivalence import Cleaned, clean_and_prove
 from .verify.firmware import firmware_stage
 from .verify.invoke import invoke_stage
@@ -57,9 +58,12 @@ log = logging.getLogger(__name__)
 
 
 def check(model_path: str | Path, targets: Sequence[str] = ("generic-int8",),
-          gates: GatesConfig | None = None) -> CheckResult:
+          gates: GatesConfig | None = None, *, reference_inputs: str | Path | None = None,
+          max_drift_lsb: int | None = None) -> CheckResult:
     """Check a .tflite file against targets (and gates). No TensorFlow involved. Accelerator targets
-    must run the default share of the MACs (verdict.DEFAULTS) unless ``gates`` says otherwise."""
+    must run the default share of the MACs (verdict.DEFAULTS) unless ``gates`` says otherwise. With
+    ``reference_inputs`` (an .npz as `edgeconv reference` reads it) each target's runtime here is compared
+    with edgeconv's reference on its first samples, gated by ``max_drift_lsb``."""
     loaded = [load_target(name) for name in targets]
     start = time.perf_counter()
     model = read_tflite(model_path)
@@ -67,8 +71,14 @@ def check(model_path: str | Path, targets: Sequence[str] = ("generic-int8",),
               len(model.subgraphs), sum(len(s.tensors) for s in model.subgraphs), (time.perf_counter() - start) * 1e3)
     results = tuple(check_model(model, t) for t in loaded)
     log.debug("checked against %s in %.0f ms", ", ".join(t.name for t in loaded), (time.perf_counter() - start) * 1e3)
-    limits = check_limits(gates or GatesConfig())
-    return CheckResult(model, results, verdict.Verdict(tuple(verdict.target_checks(results, limits))).to_json())
+    limits = dataclasses.replace(check_limits(gates or GatesConfig()), max_runtime_drift_lsb=max_drift_lsb)
+    drift = None
+    if reference_inputs is not None:
+        from .reference.drift import measure_inputs
+
+        drift = measure_inputs(Path(model_path).read_bytes(), model, Path(reference_inputs), loaded)
+    checks = (*verdict.target_checks(results, limits), *verdict.drift_checks(drift, limits))
+    return CheckResult(model, results, verdict.Verdict(checks).to_json(), drift)
 
 
 def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = None,
@@ -262,11 +272,14 @@ def _finish(config: PipelineConfig, out_dir: Path, targets: list[Target], work: 
                        data.evaluation or data.calib, work, stem=config.build_name, batch=config.model.batch_size,
                        float_tolerance=config.verify.float_tolerance) if config.output.onnx is not None else None)
     fw = firmware_stage(config.output, config.build_name, model, tflite, data.evaluation, config.model.batch_size)
+    drift = drift_stage(config.verify.runtime_drift, s.limits.max_runtime_drift_lsb is not None, targets, model,
+                        tflite, data.evaluation or data.calib, config.model.batch_size)
     layer_names = s.loaded.graph.layer_names()
     targets_json = report.targets_json(s.results, layer_names)
     overlays = explorer.node_data(model, targets_json, s.verification.op_errors)
     checks = (*verdict.target_checks(s.results, s.limits, layer_names), *s.checks, *s.verification.checks,
-              *repair_checks, *(onnx.checks if onnx is not None else ()), *verdict.memory_checks(fw.memory, s.limits))
+              *repair_checks, *(onnx.checks if onnx is not None else ()), *verdict.memory_checks(fw.memory, s.limits),
+              *verdict.drift_checks(drift, s.limits))
     clock.lap("onnx" if config.output.onnx is not None else "report")
     graph = s.loaded.graph
     body = assemble(
@@ -279,6 +292,7 @@ def _finish(config: PipelineConfig, out_dir: Path, targets: list[Target], work: 
                                        s.warnings, targets),
         evaluation=data_json(data.evaluation, out_dir) if data.evaluation is not None else None,
         parity=s.verification.parity, culprits=s.verification.culprits, diagnosis=s.verification.diagnosis,
+        runtime_drift=drift,
         keep_float_suggestion=s.verification.keep_float_suggestion, repair=found, invoke=s.runs,
         onnx=onnx.section if onnx is not None else None, timings=clock.to_json())
     if baseline is not None:

@@ -217,6 +217,9 @@ def console_lines(report: rm.Report) -> list[str]:
                   + (f", mean box IoU {iou:.3f}" if iou is not None else "")
                   + f" against the float model ({parity.get('data', 'evaluation')} samples)"
                   for name, db, top1, iou in sqnr]
+    from .verify.drift_stage import drift_lines
+
+    lines += drift_lines(report.get("runtime_drift"))
     memory = report.get("memory")
     tfl = report["tflite"]
     lines.append(f"size: {tfl['bytes']:,} bytes" + (f"; TFLite Micro arena (estimated): {memory['arena_bytes']:,} bytes"
@@ -508,6 +511,7 @@ def verification_markdown(report: rm.Report) -> list[str]:
                   f"{_num(t['accuracy'], '.2%')} | {t['bytes']:,} |" for t in suggestion["steps"]]
         lines.append("")
     lines += repair_markdown(report.get("repair"))
+    lines += drift_markdown(report.get("runtime_drift"))
     memory = report.get("memory")
     if memory is not None:
         lines += ["## Memory", "", f"Flash (the .tflite): {memory['flash_bytes']:,} bytes. TFLite Micro tensor arena, "
@@ -516,6 +520,10 @@ def verification_markdown(report: rm.Report) -> list[str]:
     firmware = report.get("firmware")
     if firmware and firmware["files"]:
         lines += ["## Firmware files", ""] + [f"- `{f}`" for f in firmware["files"]] + [""]
+        golden = (firmware.get("golden") or {}).get("reference")
+        if golden:
+            lines += [f"Golden vectors against edgeconv's NumPy reference (`edgeconv reference`): "
+                      f"{golden_line(golden)}.", ""]
     onnx = report.get("onnx")
     if onnx is not None:
         lines += onnx_markdown(onnx)
@@ -649,3 +657,33 @@ def target_lines(t: rm.TargetVerdict, checks: Sequence[rm.Check] = (), *, per_op
     if following:
         lines.append(f"  {following} later op(s) run on the CPU only because they depend on a blocking op")
     return lines
+
+
+def golden_line(golden: Mapping[str, Any]) -> str:
+    """The golden vectors' cross-check with edgeconv.reference, in words."""
+    if golden["verdict"] == "bit-exact":
+        return f"bit-exact ({golden['tensors_compared']} tensor(s) compared)"
+    if golden["verdict"] == "differs":
+        d = golden["first_difference"]
+        return (f"**differs**: first at op #{d['op']} {d['type']} ('{d['tensor']}'), up to {d['max_lsb']} LSB on "
+                f"{d['differ']:.2%} of its values")
+    return f"not computed: {golden['why']}"
+
+
+def drift_markdown(drift: rm.RuntimeDrift | None) -> list[str]:
+    """Each target's runtime against edgeconv's reference, and the op outputs that differ."""
+    if not drift:
+        return []
+    from .verify.drift_stage import drift_lines
+
+    lines = ["## Runtimes against the reference", "",
+             f"On {drift['samples']} {drift['data']} samples, every op output a runtime exposes against edgeconv's "
+             "NumPy reference of TFLite's reference kernels (`edgeconv reference`), in LSBs of the tensor's "
+             "quantization.", ""]
+    lines += [f"- {line.removeprefix('drift: ')}" for line in drift_lines(drift)]
+    rows = [(kind, d) for kind, r in drift["runtimes"].items() for d in r.get("ops", [])]
+    if rows:
+        lines += ["", "| runtime | op | tensor | max LSB | values that differ |", "|---|---|---|---|---|"]
+        lines += [f"| {kind} | #{d['op']} {d['type']} | {_esc(d['tensor'])} | {d['max_lsb']} | {d['differ']:.2%} |"
+                  for kind, d in rows]
+    return [*lines, ""]

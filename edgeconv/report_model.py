@@ -367,6 +367,15 @@ class Firmware(TypedDict):
     golden: NotRequired[dict[str, Any] | None]
 
 
+class RuntimeDrift(TypedDict):
+    samples: Count
+    data: Annotated[str, OneOf(("evaluation", "calibration", "reference-inputs")), Doc("The samples compared on")]
+    runtimes: Annotated[dict[str, dict[str, Any]], Doc(
+        "Per runtime (builtin, xnnpack, tflm): the target it runs, max_lsb over every op output it exposes, "
+        "tensors_compared, and ops: each op output that differs (op, type, tensor, max_lsb, differ: the share of "
+        "its values that differ); or error when it could not be compared")]
+
+
 class Tensor(TypedDict):
     name: str
     signature_name: NotRequired[str]
@@ -501,6 +510,9 @@ class Report(TypedDict):
     culprits: NotRequired[Annotated[list[Culprit] | None, Doc("Quantized ops that add the most error, worst "
                                                               "first.")]]
     keep_float_suggestion: NotRequired[KeepFloatSuggestion | None]
+    runtime_drift: NotRequired[Annotated[RuntimeDrift | None, Doc(
+        "Each target's runtime against edgeconv's reference, op by op (verify.runtime_drift); null when not "
+        "measured.")]]
     diagnosis: NotRequired[Annotated[Diagnosis | None, Doc(
         "Why the agreement or accuracy gates failed, causes ranked with their evidence; null when they pass.")]]
     repair: NotRequired[Annotated[Repair | None, Doc(

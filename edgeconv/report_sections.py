@@ -113,6 +113,7 @@ def assemble(config: PipelineConfig, out_dir: Path, *, model: rm.ModelSection, t
              equivalence: rm.Equivalence | None = None, quantization: rm.Quantization | None = None,
              evaluation: rm.Data | None = None, parity: rm.Parity | None = None,
              culprits: list[rm.Culprit] | None = None, diagnosis: rm.Diagnosis | None = None,
+             runtime_drift: rm.RuntimeDrift | None = None,
              keep_float_suggestion: rm.KeepFloatSuggestion | None = None,
              repair: rm.Repair | None = None, invoke: rm.Invoke | None = None, onnx: rm.Onnx | None = None,
              timings: rm.Timings | None = None) -> rm.Report:
@@ -134,6 +135,7 @@ def assemble(config: PipelineConfig, out_dir: Path, *, model: rm.ModelSection, t
         "parity": parity,
         "culprits": culprits,
         "diagnosis": diagnosis,
+        "runtime_drift": runtime_drift,
         "keep_float_suggestion": keep_float_suggestion,
         "repair": repair,
         "invoke": invoke,

@@ -37,6 +37,7 @@ class CheckResult:
     model: TFLiteModel
     targets: tuple[TargetResult, ...]
     gate: rm.Gate
+    drift: rm.RuntimeDrift | None = None  # --reference-inputs: each target's runtime against the reference
 
     @property
     def passed(self) -> bool:

@@ -302,6 +302,32 @@ def simple(check_id: str, kind: Kind, ok: bool, sentence: str, measured: float |
     return Check(check_id, kind, Outcome.PASS if ok else Outcome.FAIL, sentence, measured, limit)
 
 
+def drift_checks(drift: Mapping[str, Any] | None, limits: Limits) -> list[Check]:
+    """gates.max_runtime_drift_lsb: each runtime measured against the reference (a runtime that could not be
+    compared fails the gate: it proves nothing)."""
+    if limits.max_runtime_drift_lsb is None or drift is None:
+        return []
+    limit = limits.max_runtime_drift_lsb
+    out = []
+    for kind, r in drift["runtimes"].items():
+        if r.get("error"):
+            out.append(Check(f"drift.{kind}", Kind.RUNTIME, Outcome.FAIL, f"runtime {kind}: not compared with the "
+                             f"reference ({r['error']}), so gates.max_runtime_drift_lsb {limit} is not met",
+                             None, limit, r.get("target")))
+            continue
+        worst = r["max_lsb"]
+        first = r["ops"][0] if r["ops"] else None
+        where = (f"; first at op #{first['op']} {first['type']} ({first['max_lsb']} LSB on {first['differ']:.2%} of "
+                 "its values)" if first else "")
+        ok = worst <= limit
+        out.append(Check(f"drift.{kind}", Kind.RUNTIME, Outcome.PASS if ok else Outcome.FAIL,
+                         f"runtime {kind} ({r.get('target')}): at most {worst} LSB from the reference on "
+                         f"{r['tensors_compared']} op output(s)" + ("" if ok else
+                                                                   f" > gates.max_runtime_drift_lsb {limit}{where}"),
+                         worst, limit, r.get("target")))
+    return out
+
+
 def memory_checks(memory: Mapping[str, Any], limits: Limits) -> list[Check]:
     out = []
     if limits.max_arena_bytes is not None:

@@ -22,13 +22,28 @@ def read_inputs(path: Path, model: TFLiteModel, sample: int) -> dict[str, np.nda
     """Sample ``sample`` of each model input from an .npz (arrays keyed by input tensor name or signature key,
     first axis the samples; no pickled objects). A float array for an integer input is quantized with the
     input's scale and zero point, as an application feeding the model would."""
+    return _sample(_load(path), path, model, sample)
+
+
+def read_samples(path: Path, model: TFLiteModel, most: int) -> list[dict[str, np.ndarray]]:
+    """The first ``most`` samples (whole model batches) of the .npz, as :func:`read_inputs` reads each."""
+    arrays = _load(path)
+    first = model.main.tensors[model.main.inputs[0]].shape[0] or 1
+    count = min((len(a) for a in arrays.values()), default=0) // first
+    return [_sample(arrays, path, model, k * first) for k in range(min(count, most))]
+
+
+def _load(path: Path) -> dict[str, np.ndarray]:
     from ..inputs import MAX_MODEL_BYTES, read_bytes
 
     raw = read_bytes(path, MAX_MODEL_BYTES, DataError, what="inputs .npz")
     try:
-        arrays = dict(np.load(io.BytesIO(raw), allow_pickle=False))
+        return dict(np.load(io.BytesIO(raw), allow_pickle=False))
     except (ValueError, OSError, EOFError) as exc:
         raise DataError(f"{rel(path)}: not a readable .npz ({exc})") from None
+
+
+def _sample(arrays: Mapping[str, np.ndarray], path: Path, model: TFLiteModel, sample: int) -> dict[str, np.ndarray]:
     graph = model.main
     keys = input_keys(model)
     feeds: dict[str, np.ndarray] = {}

@@ -108,9 +108,12 @@ def golden(data: bytes, samples: Sequence[Mapping[str, np.ndarray]], name: str, 
               f"#ifndef {name.upper()}_GOLDEN_H_", f"#define {name.upper()}_GOLDEN_H_", "", "#include <math.h>",
               "#include <stdint.h>", "", f"#define {name.upper()}_GOLDEN_COUNT {len(samples)}", ""]
     tensors = {t.index: t for t in runner.model.main.tensors}
+    checked: list[tuple[dict[str, np.ndarray], dict[int, np.ndarray]]] = []
     for k, feeds in enumerate(samples):
         raw_in = runner.raw_inputs(feeds)
         raw_out = runner.run_raw(raw_in)
+        kept = runner.tensors() if intermediates else {runner.outputs[n]: v for n, v in raw_out.items()}
+        checked.append((raw_in, kept))
         for name_in, value in feeds.items():
             arrays[f"sample{k}/float_input/{name_in}"] = np.asarray(value)
         for role, values in (("input", raw_in), ("output", raw_out)):
@@ -130,8 +133,25 @@ def golden(data: bytes, samples: Sequence[Mapping[str, np.ndarray]], name: str, 
     np.savez(buffer, **arrays)  # type: ignore[arg-type]
     names = {str(t.index): t.name for t in runner.model.main.tensors}
     meta = {"samples": len(samples), "intermediates": intermediates, "kernels": "TFLite reference (BUILTIN_REF)",
-            "tensor_names": names if intermediates else {}}
+            "tensor_names": names if intermediates else {}, "reference": cross_check(runner.model, checked)}
     return {"golden.npz": buffer.getvalue(), f"{name}_golden.h": "\n".join(header).encode()}, meta
+
+
+def cross_check(model: TFLiteModel, runs: Sequence[tuple[Mapping[str, np.ndarray], Mapping[int, np.ndarray]]]
+                ) -> dict[str, Any]:
+    """The golden vectors against edgeconv.reference (a NumPy interpreter written from the reference
+    kernels): bit-exact, or the first op output that differs; "not computed" with the reason when the
+    reference has no such op (or the model is not full-integer)."""
+    from ..reference import ReferenceError, run
+    from ..reference.drift import compare, first_difference
+
+    try:
+        drifts = compare(model, [(run(model, raw_in).tensors, kept) for raw_in, kept in runs])
+    except ReferenceError as exc:
+        return {"verdict": "not computed", "why": str(exc)}
+    first = first_difference(drifts)
+    return {"verdict": "bit-exact" if first is None else "differs", "tensors_compared": len(drifts),
+            "first_difference": first.to_json() if first is not None else None}
 
 
 def _c_ident(text: str) -> str:

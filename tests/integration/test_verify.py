@@ -47,7 +47,8 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "output:\n  dir: build/digits",
         "output:\n  dir: build/digits\n  c_array: {name: digits_model}\n  op_resolver: true\n"
         "  golden: {samples: 3, intermediates: true}")
-    (root / "pipeline.yaml").write_text(text)
+    (root / "pipeline.yaml").write_text(text.replace("passes:\n", "verify:\n  runtime_drift: 3\n"
+                                                     "gates:\n  max_runtime_drift_lsb: 0\npasses:\n", 1))
     result = edgeconv.build(root / "pipeline.yaml")
     return {"root": root, "out": result.output_dir, "report": result.report, "tflite": result.tflite_path}
 
@@ -203,11 +204,33 @@ def test_golden_vectors_replay_exactly_with_reference_kernels(example: dict[str,
         np.testing.assert_array_equal(got["digit"], golden[f"{sample}/output/digit"])
         assert golden[key].dtype == np.int8
     assert sum(1 for k in golden.files if k.startswith("sample0/tensor/")) >= 6  # intermediates kept
+    # Cross-checked with edgeconv's NumPy reference: every op output of every golden sample, bit for bit.
+    report = json.loads((example["out"] / "report.json").read_text())
+    assert report["firmware"]["golden"]["reference"] == {"verdict": "bit-exact", "tensors_compared": 8,
+                                                         "first_difference": None}
+    assert ("Golden vectors against edgeconv's NumPy reference (`edgeconv reference`): bit-exact (8 tensor(s) "
+            "compared).") in (example["out"] / "report.md").read_text()
     header = example["out"] / "digits_model_golden.h"
     (tmp_path / "g.c").write_text(f'#include "{header}"\nint main(void) {{ return digits_model_golden_0_output_digit[0]'
                                   " == 0 ? 0 : 0; }\n")
     subprocess.run([GCC, "-std=c11", "-Wall", "-Werror", "-Wno-unused-const-variable", str(tmp_path / "g.c"),
                     "-o", str(tmp_path / "g")], check=True, capture_output=True, text=True)
+
+
+def test_each_target_runtime_is_compared_with_the_reference_and_gated(example: dict[str, Any]) -> None:
+    """verify.runtime_drift: 3 and gates.max_runtime_drift_lsb: 0 on the example: LiteRT's optimized kernels
+    and TFLite Micro show every op output (8), XNNPACK only the model's output; all bit-exact, the gate passes."""
+    drift = example["report"]["runtime_drift"]
+    assert (drift["samples"], drift["data"]) == (3, "evaluation")
+    runtimes = drift["runtimes"]
+    assert {k: (r["target"], r["tensors_compared"], r["max_lsb"], r["ops"]) for k, r in runtimes.items()} == {
+        "builtin": ("generic-int8", 8, 0, []), "xnnpack": ("arm-neon", 1, 0, []), "tflm": ("tflm-cmsis-nn", 8, 0, [])}
+    checks = {c["id"]: c for c in example["report"]["gate"]["checks"] if c["id"].startswith("drift.")}
+    assert {i: (c["outcome"], c["measured"], c["limit"]) for i, c in checks.items()} == {
+        "drift.builtin": ("pass", 0, 0), "drift.xnnpack": ("pass", 0, 0), "drift.tflm": ("pass", 0, 0)}
+    md = (example["out"] / "report.md").read_text()
+    assert ("- xnnpack (arm-neon): at most 0 LSB from the reference, bit-exact on 1 op output(s) (3 evaluation "
+            "samples)") in md
 
 
 def tflm_arena(path: Path) -> int:

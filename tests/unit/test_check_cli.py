@@ -153,3 +153,51 @@ def test_check_shows_vela_estimates_in_text_and_markdown() -> None:
     assert said.startswith("  ethos-u55-128 (Vela estimate): SRAM ") and " inferences/s" in said
     md = run_edgeconv("check", model, "--target", "ethos-u55-128", "--format", "md")
     assert said.strip() in md.stdout
+
+
+# -- --reference-inputs: each target's runtime against edgeconv's reference ----------------------------------
+
+def _inputs(tmp_path: Path) -> Path:
+    from edgeconv.converters.tflite_reader import read_tflite
+
+    model = read_tflite(REPO / "tests" / "data" / "conv2d-relu.int8.tflite")
+    spec = model.main.tensors[model.main.inputs[0]]
+    rng = np.random.default_rng(3)
+    np.savez(tmp_path / "x.npz", **{spec.name: rng.integers(-128, 128, (11, *spec.shape[1:])).astype(np.int8)})
+    return tmp_path / "x.npz"
+
+
+@pytest.mark.parametrize(("limit", "code"), [("1", 0), ("0", 1)])
+def test_reference_inputs_compare_each_target_runtime_and_gate_it(tmp_path: Path, limit: str, code: int) -> None:
+    """One CONV_2D: LiteRT's optimized kernels and TFLite Micro agree with the reference bit for bit; XNNPACK
+    rounds 0.16 % of the outputs one LSB off, which --max-drift-lsb 0 fails (arm-neon then fails) and 1 passes.
+    8 of the 11 samples are compared (no TensorFlow: check stays light)."""
+    x = _inputs(tmp_path)
+    model = REPO / "tests" / "data" / "conv2d-relu.int8.tflite"
+    args = ("--target", "generic-int8", "--target", "arm-neon", "--target", "tflm-cmsis-nn", "--reference-inputs", x,
+            "--max-drift-lsb", limit)
+    result = run_edgeconv("check", model, *args, "--format", "json")
+    assert result.returncode == code, result.stderr
+    drift = json.loads(result.stdout)["runtime_drift"]
+    assert (drift["samples"], drift["data"]) == (8, "reference-inputs")
+    assert {k: (r["target"], r["max_lsb"], len(r["ops"])) for k, r in drift["runtimes"].items()} == {
+        "builtin": ("generic-int8", 0, 0), "xnnpack": ("arm-neon", 1, 1), "tflm": ("tflm-cmsis-nn", 0, 0)}
+    text = run_edgeconv("check", model, *args).stdout.splitlines()
+    assert ("drift: xnnpack (arm-neon): at most 1 LSB from the reference, 1 of 1 op output(s) differ; first at op "
+            "#0 CONV_2D (8 reference-inputs samples)") in text
+    assert ("arm-neon: FAIL" if code else "arm-neon: PASS") in "\n".join(text)
+
+
+def test_max_drift_lsb_without_reference_inputs_is_refused(tmp_path: Path) -> None:
+    result = run_edgeconv("check", REPO / "tests" / "data" / "conv2d-relu.int8.tflite", "--max-drift-lsb", "0")
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("edgeconv: error: --max-drift-lsb needs --reference-inputs (the samples the "
+                                     "runtimes are compared on)")
+
+
+def test_a_pickled_reference_inputs_file_runs_no_code(tmp_path: Path) -> None:
+    np.save(tmp_path / "evil.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    (tmp_path / "evil.npz").write_bytes((tmp_path / "evil.npy").read_bytes())
+    result = run_edgeconv("check", REPO / "tests" / "data" / "conv2d-relu.int8.tflite", "--reference-inputs",
+                          tmp_path / "evil.npz")
+    assert result.returncode == 2 and "not a readable .npz" in result.stderr

@@ -235,3 +235,25 @@ def test_a_boxes_output_reports_its_mean_iou_and_no_top1() -> None:
     m = parity["outputs"]["boxes"]["built"]
     assert m["mean_iou"] == pytest.approx((1 / 3 + 1) / 2) and m["top1_agreement"] is None
     assert parity["kinds"] == {"boxes": "boxes"}
+
+
+# gates.max_runtime_drift_lsb: a runtime at most N LSB from the reference passes; one that could not be compared
+# fails (it proves nothing).
+DRIFT = {"samples": 4, "data": "evaluation", "runtimes": {
+    "builtin": {"target": "generic-int8", "max_lsb": 1, "tensors_compared": 60,
+                "ops": [{"op": 12, "type": "MEAN", "tensor": "pool", "max_lsb": 1, "differ": 0.0125}]},
+    "tflm": {"target": "tflm-cmsis-nn", "error": "RuntimeError: op not registered"}}}
+
+
+@pytest.mark.parametrize(("limit", "fails"), [(2, False), (1, False), (0, True)])
+def test_runtime_drift_gate_at_its_limit(limit: int, fails: bool) -> None:
+    from edgeconv.verdict import Limits, drift_checks
+
+    builtin, tflm = drift_checks(DRIFT, Limits(max_runtime_drift_lsb=limit))
+    assert (builtin.id, builtin.outcome.fails, builtin.target) == ("drift.builtin", fails, "generic-int8")
+    assert tflm.outcome.fails and tflm.sentence.startswith("runtime tflm: not compared with the reference (")
+    if fails:
+        assert builtin.sentence == ("runtime builtin (generic-int8): at most 1 LSB from the reference on 60 op "
+                                    "output(s) > gates.max_runtime_drift_lsb 0; first at op #12 MEAN (1 LSB on 1.25% "
+                                    "of its values)")
+    assert drift_checks(DRIFT, Limits()) == []  # off by default

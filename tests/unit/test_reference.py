@@ -272,3 +272,39 @@ def test_hostile_inputs_run_no_code_and_write_nothing(tmp_path: Path, monkeypatc
     err = capsys.readouterr().err
     assert err.startswith(f"edgeconv: error: {error}") and len(err.strip().splitlines()) == 1, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.npz"]
+
+
+# -- golden vectors and runtimes against the reference ------------------------------------------------
+
+def test_a_runtime_that_differs_is_named_at_its_first_op_with_lsbs_and_share() -> None:
+    from edgeconv.reference.drift import compare, first_difference
+    from edgeconv.verify.runner import TFLiteRunner
+
+    data = (DATA / "conv2d-relu.int8.tflite").read_bytes()
+    model = read_tflite(DATA / "conv2d-relu.int8.tflite")
+    runner = TFLiteRunner(data, reference=True, keep_tensors=True)
+    rng = np.random.default_rng(5)
+    (name, index), = runner.inputs.items()
+    shape = tuple(model.main.tensors[index].shape)
+    raw = {name: rng.integers(-128, 128, shape, dtype=np.int8)}
+    runner.run_raw(raw)
+    got = runner.tensors()
+    computed = reference.run(model, raw)
+    exact = compare(model, [(computed.tensors, got)])
+    assert exact and first_difference(exact) is None
+    last = model.main.ops[-1].outputs[0]
+    bent = {**got, last.index: got[last.index].copy()}
+    value = int(bent[last.index].flat[0])
+    bent[last.index].flat[0] = value + 3 if value <= 124 else value - 3  # one element 3 LSB off, in the last op
+    first = first_difference(compare(model, [(computed.tensors, bent)]))
+    assert first is not None and (first.op, first.tensor, first.max_lsb) == (model.main.ops[-1].index, last.name, 3)
+    assert first.to_json()["differ"] == pytest.approx(1 / got[last.index].size, abs=1e-6)
+
+
+def test_golden_vectors_of_a_float_model_are_not_cross_checked_and_say_why() -> None:
+    from edgeconv.verify.firmware import cross_check
+
+    model = read_tflite(DATA / "dense.float32.tflite")
+    checked = cross_check(model, [({model.main.tensors[i].name: np.zeros(model.main.tensors[i].shape, np.float32)
+                                    for i in model.main.inputs}, {})])
+    assert checked["verdict"] == "not computed" and "computes in float" in checked["why"]
