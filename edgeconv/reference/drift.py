@@ -110,6 +110,42 @@ def runtime_tensors(kind: str, data: bytes, model: TFLiteModel,
     return {i: np.array(interpreter.get_tensor(i)) for i in shown}
 
 
+class RuntimeStopped(Exception):
+    """A runtime refused or aborted on the model (in its own process: the build goes on)."""
+
+
+RUNTIME_SECONDS = 600  # a runtime's process, all samples
+
+
+def in_a_process(kind: str, data: bytes, samples: Sequence[Mapping[int, np.ndarray]]) -> list[dict[int, np.ndarray]]:
+    """:func:`runtime_tensors` for every sample, in a process of its own (edgeconv.reference.runtime_child): a
+    native abort stops that process only."""
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="edgeconv-drift-") as scratch:
+        folder = Path(scratch)
+        (folder / "model.tflite").write_bytes(data)
+        arrays: dict[str, Any] = {f"s{k}/{i}": v for k, s in enumerate(samples) for i, v in s.items()}
+        np.savez(folder / "inputs.npz", **arrays)
+        try:
+            done = subprocess.run([sys.executable, "-P", "-m", "edgeconv.reference.runtime_child", kind,
+                                   str(folder)], capture_output=True, text=True, timeout=RUNTIME_SECONDS, check=False)
+        except subprocess.TimeoutExpired:
+            raise RuntimeStopped(f"the {kind} runtime took more than {RUNTIME_SECONDS} s") from None
+        if done.returncode != 0:
+            said = [line for line in done.stderr.strip().splitlines() if line.strip()]
+            why = said[-1][:200] if said else "no message"
+            raise RuntimeStopped(f"the {kind} runtime stopped on this model (exit {done.returncode}): {why}")
+        got: list[dict[int, np.ndarray]] = [{} for _ in samples]
+        with np.load(folder / "tensors.npz", allow_pickle=False) as tensors:
+            for key in tensors.files:
+                k, index = key[1:].split("/")
+                got[int(k)][int(index)] = tensors[key]
+    return got
+
+
 def measure(data: bytes, model: TFLiteModel, samples: Sequence[Mapping[int, np.ndarray]],
             runtimes: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Each runtime against the reference on ``samples`` (inputs as the model takes them, by tensor index):
@@ -126,9 +162,9 @@ def measure(data: bytes, model: TFLiteModel, samples: Sequence[Mapping[int, np.n
     out: dict[str, dict[str, Any]] = {}
     for kind in runtimes:
         try:
-            got = [runtime_tensors(kind, data, model, s) for s in samples]
-        except Exception as exc:
-            out[kind] = {"runtime": RUNTIMES[kind], "error": f"{type(exc).__name__}: {str(exc).strip()[:200]}"}
+            got = in_a_process(kind, data, samples)
+        except RuntimeStopped as exc:  # a runtime that refuses or aborts on the model is a finding, said
+            out[kind] = {"runtime": RUNTIMES[kind], "error": str(exc)}
             continue
         drifts = compare(model, list(zip(references, got)))
         out[kind] = {"runtime": RUNTIMES[kind], "samples": len(samples), "tensors_compared": len(drifts),

@@ -297,7 +297,7 @@ def test_a_fix_that_needs_float_io_is_not_made_unless_the_interface_may_change(t
     _, _, n = _tabular(tmp_path, "wine")
     base = (f"version: 1\nmodel: {{path: wine.keras}}\ncalibration: {{path: cal.npz, samples: {n}}}\n"
             "evaluation: {path: eval.npz, labels: label}\ntargets: [arm-neon]\n")
-    (tmp_path / "p.yaml").write_text(base + "repair: {enabled: true}\n")
+    (tmp_path / "p.yaml").write_text(base + "repair: {enabled: true, max_trials: 1}\n")
     assert main(["build", str(tmp_path / "p.yaml"), "-q"]) == 1
     report = json.loads((tmp_path / "build" / "wine" / "report.json").read_text())
     found = report["repair"]
@@ -308,7 +308,7 @@ def test_a_fix_that_needs_float_io_is_not_made_unless_the_interface_may_change(t
     assert "repair.allow_interface_change: true tries them" in found["summary"]
     assert report["tflite"]["inputs"][0]["dtype"] == "int8"
     capsys.readouterr()
-    (tmp_path / "p.yaml").write_text(base + "repair: {enabled: true, allow_interface_change: true}\n")
+    (tmp_path / "p.yaml").write_text(base + "repair: {enabled: true, allow_interface_change: true, max_trials: 1}\n")
     assert main(["build", str(tmp_path / "p.yaml"), "-q"]) == 0
     report = json.loads((tmp_path / "build" / "wine" / "report.json").read_text())
     found = report["repair"]

@@ -308,3 +308,15 @@ def test_golden_vectors_of_a_float_model_are_not_cross_checked_and_say_why() -> 
     checked = cross_check(model, [({model.main.tensors[i].name: np.zeros(model.main.tensors[i].shape, np.float32)
                                     for i in model.main.inputs}, {})])
     assert checked["verdict"] == "not computed" and "computes in float" in checked["why"]
+
+
+def test_a_runtime_that_stops_on_a_model_stops_its_own_process_and_is_said() -> None:
+    """TFLite Micro on a model with a Flex op: its process dies (a segmentation fault after it fails to allocate,
+    measured), and the caller gets the reason; the build's process goes on."""
+    from edgeconv.reference.drift import RuntimeStopped, in_a_process
+
+    model = read_tflite(DATA / "erf-flex.float32.tflite")
+    spec = model.main.tensors[model.main.inputs[0]]
+    with pytest.raises(RuntimeStopped, match=r"^the tflm runtime stopped on this model \(exit -?\d+\): \S"):
+        in_a_process("tflm", (DATA / "erf-flex.float32.tflite").read_bytes(),
+                     [{spec.index: np.zeros(spec.shape, np.float32)}])
