@@ -81,7 +81,8 @@ def test_resolved_pipeline_round_trips(project: Path) -> None:
     data = yaml.safe_load(resolved.read_text())
     assert data["passes"] == [{"name": "strip-training"}]
     assert data["verify"] == {"pass_tolerance": 1e-05, "pass_samples": 8, "parity": True, "float_tolerance": 1e-05,
-                              "culprits": 5, "outputs": {}, "suggest_keep_float": False, "max_keep_float": 5}
+                              "runtime_drift": 0, "culprits": 5, "outputs": {}, "suggest_keep_float": False,
+                              "max_keep_float": 5}
 
 
 @pytest.mark.parametrize(("text", "expected"), [
