@@ -115,7 +115,7 @@ def quantization_warnings(model: TFLiteModel, *, expected: Mapping[str, tuple[fl
     names = {v: k for k, v in sig.inputs.items()} if sig else {}
     for index in sg.inputs:
         name = names.get(index, sg.tensors[index].name)
-        tensor = _quantized_view(model, index)
+        tensor = quantized_view(model, index)
         if tensor is None or tensor.quantization is None or tensor.quantization.per_axis:
             continue
         q = tensor.quantization
@@ -274,7 +274,7 @@ def activation_warnings(float_tflite: bytes, model: TFLiteModel, evaluation: Sam
     by parity. With ``percentile`` the ranges clip up to ``100 - percentile`` % of the values on each side by
     design: only more than that is a finding."""
     # The inputs' quantized views are quantization_warnings' to check; the outputs are what parity measures.
-    elsewhere = {v.index for i in model.main.inputs if (v := _quantized_view(model, i)) is not None}
+    elsewhere = {v.index for i in model.main.inputs if (v := quantized_view(model, i)) is not None}
     elsewhere |= set(model.main.outputs)
     spans: dict[str, _Span] = {}
     for op in model.main.ops:
@@ -380,7 +380,7 @@ def _imposed_resolution(seen: _Ranges, groups: Mapping[str, tuple[frozenset[str]
     return sorted(out, key=lambda w: seen.levels(w.input or ""))
 
 
-def _quantized_view(model: TFLiteModel, index: int) -> Any:
+def quantized_view(model: TFLiteModel, index: int) -> Any:
     """The quantized tensor that carries model input ``index``: the input itself, or the
     output of the QUANTIZE op that reads a float input."""
     tensor = model.main.tensors[index]

@@ -10,8 +10,7 @@ annotations. A cause is *confirmed* when it is measured to explain the failure:
   the input carries ids);
 - a tensor whose range the converter imposed (``imposed_range``) or whose calibrated range the evaluation data
   exceeds (``calibration_coverage``) is a cause when the op that produces it is among the ``TOP_CULPRITS`` ops
-  that add the most error on their own (the per-op ranking).
-
+  that add the most error on their own (the per-op ranking);
 - calibration data with a severe finding (``calibration_data``: known to ruin an INT8 model) is a cause of its own:
   every range calibrated on it is off, which replaying the input alone does not show.
 
@@ -28,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .. import report_model as rm
-from ..calibration.checks import DataWarning, _quantized_view
+from ..calibration.checks import DataWarning, quantized_view
 from ..calibration.samples import SampleSet
 from ..converters.tflite_reader import TFLiteModel
 from ..ir import source_layers
@@ -86,7 +85,7 @@ def input_views(model: TFLiteModel) -> list[InputView]:
     names = {v: k for k, v in sig.inputs.items()} if sig else {}
     out = []
     for index in model.main.inputs:
-        t = _quantized_view(model, index)
+        t = quantized_view(model, index)
         if t is None or t.quantization is None or not t.quantization.scale or t.quantization.per_axis:
             continue
         zero = t.quantization.zero_point[0] if t.quantization.zero_point else 0
@@ -132,7 +131,8 @@ def feature_ranges(samples: SampleSet, name: str, batch: int) -> tuple[np.ndarra
         rows = v.reshape(-1, v.shape[-1] if v.ndim > 1 else 1)
         lo = rows.min(0) if lo is None else np.minimum(lo, rows.min(0))
         hi = rows.max(0) if hi is None else np.maximum(hi, rows.max(0))
-    assert lo is not None and hi is not None
+    if lo is None or hi is None:  # fewer samples than one batch: nothing to measure
+        return np.zeros(0), np.zeros(0)
     return lo, hi
 
 
@@ -245,6 +245,8 @@ def input_causes(s: Setting, built: rm.Parity,
                 out.append(((1, -share), _cause("index_input", confirmed, sentence, fix, view.name, [], evidence)))
             continue
         lo, hi = feature_ranges(s.samples, view.name, s.batch)
+        if not lo.size:
+            continue
         levels = (hi - lo) / view.scale
         coarse = np.flatnonzero(levels < COARSE_LEVELS)
         if not coarse.size and not confirmed:

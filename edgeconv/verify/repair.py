@@ -233,12 +233,12 @@ def diagnosis_candidates(config: PipelineConfig, model: Any, found: Mapping[str,
 def _first_ops(model: Any, name: str) -> tuple[list[str], list[str]]:
     """The output tensors and types of the element-wise ops that read model input ``name`` (through its
     QUANTIZE when the input is float), in order, up to the first op that is not element-wise."""
-    from ..calibration.checks import _quantized_view
+    from ..calibration.checks import quantized_view
 
     sig = model.signatures[0] if model.signatures else None
     index = sig.inputs.get(name) if sig else next((i for i in model.main.inputs if model.main.tensors[i].name == name),
                                                   None)
-    view = _quantized_view(model, index) if index is not None else None
+    view = quantized_view(model, index) if index is not None else None
     if view is None:
         return [], []
     reach, tensors, kinds = {view.index}, [], []

@@ -140,7 +140,11 @@ def verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, converte
         float_run = TFLiteRunner(float_tflite).run if float_tflite is not None else reference
         setting = diagnosis.Setting(model, float_run, samples, batch, shapes, labels, result.get("kinds", {}),
                                     loaded.graph.layer_names())
-        why = diagnosis.diagnose(setting, result, findings, ranked, failed)
+        try:
+            why = diagnosis.diagnose(setting, result, findings, ranked, failed)
+        except Exception as exc:  # the verdict stands without its explanation; the log says why
+            log.warning("diagnosis: not made (%s: %s); the gates' verdict stands", type(exc).__name__, exc)
+            log.debug("diagnosis failed", exc_info=True)
         if (said := diagnosis.first_line(why)) is not None:
             log.info("diagnosis: %s", said)
     if repairing is not None and failed:
