@@ -70,6 +70,9 @@ def parser() -> argparse.ArgumentParser:
     v = command("validate", help="validate pipeline files (no TensorFlow needed)")
     pipelines = _arg(v, "pipelines", type=Path, nargs="+", metavar="PIPELINE")
     pipelines.completer = _files(".yaml", ".yml")
+    v.add_argument("--no-files", action="store_true",
+                   help="the model and data files may be absent (fetched later in CI from DVC, LFS or a bucket): "
+                   "check everything else (target files are still read)")
 
     _check_arguments(command("check", help="check a .tflite against targets, or list an .onnx model's ops (no "
                                             "TensorFlow needed)"))

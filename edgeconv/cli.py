@@ -122,7 +122,7 @@ def _main(args: argparse.Namespace) -> int:
             cancel.check()  # a signal whose exception a library swallowed: still a cancelled run
             return code
         if args.command == "validate":
-            return _validate(args.pipelines, quiet=args.quiet)
+            return _validate(args.pipelines, quiet=args.quiet, check_files=not args.no_files)
         if args.command == "check":
             return _check(args)
         if args.command == "diff":
@@ -238,14 +238,15 @@ def _print_outcome(o: Any) -> None:
                 sys.stdout)
 
 
-def _validate(paths: Sequence[Path], *, quiet: bool = False) -> int:
-    """Every file is checked and every problem printed (a pre-commit hook passes several)."""
+def _validate(paths: Sequence[Path], *, quiet: bool = False, check_files: bool = True) -> int:
+    """Every file is checked and every problem printed (a pre-commit hook passes several); without
+    ``check_files`` the model and data files may be absent."""
     from .config import ModelFormat, load_pipeline
 
     failed = False
     for path in paths:
         try:
-            config = load_pipeline(path)
+            config = load_pipeline(path, check_files=check_files)
         except EdgeconvError as exc:
             if len(paths) == 1:
                 raise
@@ -258,8 +259,13 @@ def _validate(paths: Sequence[Path], *, quiet: bool = False) -> int:
         fmt = config.model.resolved_format()
         steps = ("an existing .tflite: checks only" if fmt is ModelFormat.TFLITE
                  else f"passes {', '.join(p.name for p in config.passes) or 'none'}")
+        absent = [what for what, p in (("model", config.model.path), *(
+            (section, d.path) for section, d in (("calibration data", config.calibration),
+                                                 ("evaluation data", config.evaluation)) if d is not None))
+            if p is not None and not p.exists()]
+        unchecked = f"; not checked, absent: {', '.join(absent)}" if absent else ""
         print(f"{rel(path)}: valid (model {rel(config.model.path)} ({fmt.value}), targets "
-              f"{', '.join(config.targets)}, {steps})")
+              f"{', '.join(config.targets)}, {steps}{unchecked})")
     return EXIT_USER if failed else EXIT_OK
 
 

@@ -199,8 +199,8 @@ class ModelConfig:
     def resolved_format(self) -> ModelFormat:
         if self.format is not ModelFormat.AUTO:
             return self.format
-        if self.path.is_dir():
-            return ModelFormat.SAVEDMODEL
+        if self.path.is_dir() or (not self.path.suffix and not self.path.exists()):
+            return ModelFormat.SAVEDMODEL  # a folder (one not fetched yet: validate --no-files)
         return MODEL_SUFFIXES[self.path.suffix.lower()]
 
 
@@ -647,11 +647,13 @@ class PipelineConfig:
         return self.source.parent / "build" / self.build_name
 
 
-def load_pipeline(path: str | Path) -> PipelineConfig:
-    """Read and validate a pipeline file; raise ConfigError listing every problem."""
+def load_pipeline(path: str | Path, *, check_files: bool = True) -> PipelineConfig:
+    """Read and validate a pipeline file; raise ConfigError listing every problem. ``check_files=False``
+    (``edgeconv validate --no-files``): the model and data files may be absent, and nothing their presence
+    would decide is checked."""
     path = Path(path)
     node = _yaml.compose_file(path)
-    ctx = Ctx(rel(path), path.resolve().parent)
+    ctx = Ctx(rel(path), path.resolve().parent, check_files=check_files)
     if isinstance(node, yaml.MappingNode):
         version = next((v for k, v in node.value if k.value == "version"), None)
         if version is not None and not (isinstance(version, yaml.ScalarNode) and version.value == str(SCHEMA_VERSION)):
@@ -725,12 +727,17 @@ def _check_model(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
     model = config.model
     at_path = _node_at(root, "model", "path")
     shown = relpath(model.path, ctx.base_dir)
+    absent = not ctx.check_files and not model.path.exists()
+    if absent and model.format is ModelFormat.AUTO and not model.path.suffix:
+        return  # a SavedModel folder not fetched yet: its format, keys and contents are checked with it
     if model.format is ModelFormat.AUTO and not model.path.is_dir() and model.path.suffix.lower() not in MODEL_SUFFIXES:
         ctx.error(at_path, "model.path", f"cannot tell the model format from suffix {model.path.suffix or '(none)'!r} "
                   f"(known: {allowed_list(MODEL_SUFFIXES)}, or a SavedModel folder); set model.format")
         return
     fmt = model.resolved_format()
-    if fmt is ModelFormat.SAVEDMODEL:
+    if absent:
+        pass
+    elif fmt is ModelFormat.SAVEDMODEL:
         if not model.path.is_dir():
             ctx.error(at_path, "model.path", f"{shown!r} is a file; a SavedModel is a folder")
         elif not any((model.path / n).exists() for n in ("saved_model.pb", "saved_model.pbtxt")):
@@ -806,6 +813,8 @@ def _check_data(cfg: DataConfig, section: str, root: yaml.Node, ctx: Ctx) -> Non
     """Which source a data section uses, and that it sets the keys that source takes (and no others)."""
     at = _node_at(root, section)
     source = resolve_source(cfg)
+    if source is None and not ctx.check_files and cfg.path is not None and not cfg.path.exists():
+        return  # a data folder not fetched yet: its source is told from its files
     if source is None:
         if cfg.path is None:
             ctx.error(at, section, "missing required key 'path' (or 'function' with source: python)")

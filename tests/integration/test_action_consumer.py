@@ -242,3 +242,18 @@ def test_pre_commit_try_repo_checks_every_pipeline_layout(tmp_path: Path) -> Non
     assert "pipelines/keyword-spotting.yaml:2: model.path: file not found" in text
     assert "models/kws/pipeline-int8.yml:3: quantization.mode: " in text
     assert "config.yaml:" not in text  # not a pipeline: the hook is not given it
+    # The config-only hook, for models and data that come from DVC, LFS or a bucket: absent files are no error,
+    # everything else still is.
+    (repo / "pipelines" / "from-dvc.yaml").write_text("version: 1\nmodel: {path: ../dvc/kws.keras}\n"
+                                                      "calibration: {path: ../dvc/calib.npz}\ntargets: [arm-neon]\n")
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    done = subprocess.run([sys.executable, "-m", "pre_commit", "try-repo", str(hook_repo),
+                           "edgeconv-validate-config", "--all-files", "--verbose"], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=900)
+    text = done.stdout + done.stderr
+    assert done.returncode == 1, text  # the keys that are wrong are still wrong
+    assert ("pipelines/from-dvc.yaml: valid (model dvc/kws.keras (keras), targets arm-neon, passes strip-training; "
+            "not checked, absent: model, calibration data)") in text
+    assert "file not found" not in text
+    assert "pipelines/keyword-spotting.yaml:1: top level: missing required key 'calibration'" in text
+    assert "models/kws/pipeline-int8.yml:3: quantization.mode: " in text

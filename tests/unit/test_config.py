@@ -245,6 +245,42 @@ def test_validate_cli_exit_codes(project: Path) -> None:
     assert json.loads(run_edgeconv("schema", "pipeline").stdout)["title"] == "edgeconv pipeline"
 
 
+ABSENT = """
+version: 1
+model:
+  path: models/kws
+calibration:
+  path: data/calib
+  source: images
+  preprocess: {scale: 0.00392156862745098}
+evaluation:
+  path: data/eval.npz
+  labels: label
+targets: [{target}]
+"""
+
+
+@pytest.mark.parametrize(("target", "code", "said"), [
+    ("arm-neon", 0, "p.yaml: valid (model models/kws (savedmodel), targets arm-neon, passes strip-training; not "
+                    "checked, absent: model, calibration data, evaluation data)"),
+    # Everything the files do not decide is still checked: a typo here, a target file that is not there.
+    ("arm-neo", 2, "edgeconv: error: p.yaml:12: targets[0]: unknown target 'arm-neo'"),
+    ("targets/npu.yaml", 2, "edgeconv: error: p.yaml:12: targets[0]: target file not found: 'targets/npu.yaml'"),
+])
+def test_validate_no_files_checks_a_pipeline_whose_model_and_data_are_not_fetched_yet(
+        tmp_path: Path, target: str, code: int, said: str) -> None:
+    """A repository whose model (a SavedModel folder) and data (an image folder, an .npz) come from DVC, LFS or
+    a bucket in CI: without --no-files each absent file is an error; with it the pipeline is valid and the
+    absent files are named."""
+    (tmp_path / "p.yaml").write_text(ABSENT.replace("{target}", target))
+    strict = run_edgeconv("validate", "p.yaml", cwd=tmp_path)
+    assert strict.returncode == 2 and "p.yaml:4: model.path: file not found: 'models/kws'" in strict.stderr
+    result = run_edgeconv("validate", "--no-files", "p.yaml", cwd=tmp_path)
+    assert result.returncode == code, result.stderr
+    assert (result.stdout if code == 0 else result.stderr).startswith(said)
+    assert not any(tmp_path.glob("build*"))
+
+
 MY_TARGET = """
 schema_version: 1
 name: my-npu
