@@ -31,7 +31,8 @@ fail_input() {
 }
 
 listed="$(words pipelines "${INPUT_PIPELINES:-pipeline.yaml}")" || fail_input
-mapfile -t pipelines <<< "$listed"
+pipelines=()  # one per line (a while-read loop: macOS runners ship bash 3.2, which has no mapfile)
+while IFS= read -r line; do pipelines+=("$line"); done <<< "$listed"
 args=(build "${pipelines[@]}" --jobs "${INPUT_JOBS:-1}" --junit "$out_dir/junit.xml"
       --summary "$out_dir/summary.md" --results-json "$out_dir/results.json")
 if [[ -n "${INPUT_BASELINE:-}" ]]; then
@@ -39,8 +40,7 @@ if [[ -n "${INPUT_BASELINE:-}" ]]; then
 fi
 if [[ -n "${INPUT_ARGS:-}" ]]; then
   listed="$(words args "$INPUT_ARGS")" || fail_input
-  mapfile -t extra <<< "$listed"
-  args+=("${extra[@]}")
+  while IFS= read -r line; do args+=("$line"); done <<< "$listed"
 fi
 $EDGECONV "${args[@]}"
 code=$?

@@ -93,7 +93,9 @@ def test_install_step(tmp_path: Path, extras: str, tf: str, expected: list[str])
 
 
 def test_pre_commit_hook_validates_every_changed_pipeline(tmp_path: Path) -> None:
-    (hook,) = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
+    hook, config_only = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
+    assert (config_only["id"], config_only["entry"]) == ("edgeconv-validate-config", "edgeconv validate --no-files")
+    assert config_only["files"] == hook["files"] and config_only["types"] == hook["types"]
     files = re.compile(hook["files"])
     assert [bool(files.search(p)) for p in (
         "pipeline.yaml", "models/kws/pipeline-int8.yml", "kws.pipeline.yaml", "pipelines/keyword-spotting.yaml",
@@ -209,8 +211,25 @@ def test_no_step_runs_code_from_the_workspace(tmp_path: Path) -> None:
 
 def test_no_python_in_the_action_runs_without_isolation() -> None:
     for script in sorted((REPO / "scripts" / "action").glob("*.sh")):
-        calls = re.findall(r'"\$PYTHON"( -I)?', script.read_text())
-        assert calls and all(calls), f"{script.name}: every \"$PYTHON\" runs with -I"
+        text = script.read_text()
+        calls = re.findall(r'"\$PYTHON"( -I)?', text)
+        assert all(calls), f"{script.name}: every \"$PYTHON\" runs with -I"
+        assert not re.search(r"(^|[\s;(|&])python3?\s", text), f"{script.name}: Python only as \"$PYTHON\" -I"
+
+
+@pytest.mark.parametrize(("pipelines", "same"), [("pipelines/kws.yaml", True), ("pipelines/person.yaml", False)])
+def test_each_matrix_job_has_a_build_cache_key_of_its_own(tmp_path: Path, pipelines: str, same: bool) -> None:
+    """The key hashes the pipelines a job builds: the jobs of a matrix no longer share one (only one saved)."""
+    def key(listed: str) -> str:
+        output = tmp_path / f"out-{len(list(tmp_path.iterdir()))}"
+        env = {**os.environ, "GITHUB_OUTPUT": str(output), "INPUT_PIPELINES": listed, "RUNNER_OS": "Linux",
+               "INPUT_PYTHON_VERSION": "3.11"}
+        subprocess.run(["bash", str(REPO / "scripts" / "action" / "build_cache_key.sh")], env=env, check=True)
+        (line,) = output.read_text().splitlines()
+        assert re.fullmatch(r"key=edgeconv-build-Linux-3\.11-[0-9a-f]{16}", line), line
+        return line
+
+    assert (key("pipelines/kws.yaml") == key(pipelines)) is same
 
 
 @pytest.mark.parametrize("path", [
