@@ -189,6 +189,11 @@ def url(overlays: Overlays, host: str, port: int) -> str:
     return f"http://{host}:{port}/?data={_config(overlays).to_url_param_value()}"
 
 
+def no_version_check(print_msg: bool = True) -> dict[str, str]:
+    """Model Explorer's version check as edgeconv runs it: no request to PyPI, nothing newer to show."""
+    return {"version": "", "runningVersion": "", "releaseUrl": "", "desktopAppUrl": ""}
+
+
 def serve(overlays: Overlays, host: str, port: int, on_ready: Callable[[str], None]) -> None:
     """Run Model Explorer's server for ``overlays`` until Ctrl-C, SIGTERM or :func:`edgeconv.cancel.request`.
     ``on_ready(url)`` is called once the page answers. Model Explorer's own console lines (it prints them)
@@ -203,9 +208,12 @@ def serve(overlays: Overlays, host: str, port: int, on_ready: Callable[[str], No
     config = _config(overlays)
     from model_explorer import server
 
-    # Model Explorer asks PyPI for a newer release on every start, in a thread of its own: not from edgeconv.
+    # Model Explorer asks PyPI for a newer release on every start (in a thread) and on every page load (its
+    # /api/v1/check_new_version calls it with print_msg=False): not from edgeconv. The stand-in takes the same
+    # argument and answers "nothing newer" (a zero-argument one made every page load an HTTP 500 and a
+    # traceback on the console).
     if hasattr(server, "_check_new_version"):
-        server._check_new_version = lambda: None
+        server._check_new_version = no_version_check
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line per request otherwise
     stdout = sys.stdout
     thread = threading.Thread(target=server.start, daemon=True, kwargs=dict(

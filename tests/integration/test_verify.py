@@ -47,8 +47,7 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "output:\n  dir: build/digits",
         "output:\n  dir: build/digits\n  c_array: {name: digits_model}\n  op_resolver: true\n"
         "  golden: {samples: 3, intermediates: true}")
-    (root / "pipeline.yaml").write_text(text.replace("passes:\n", "verify:\n  runtime_drift: 3\n"
-                                                     "gates:\n  max_runtime_drift_lsb: 0\npasses:\n", 1))
+    (root / "pipeline.yaml").write_text(text.replace("passes:\n", "verify:\n  runtime_drift: 3\npasses:\n", 1))
     result = edgeconv.build(root / "pipeline.yaml")
     return {"root": root, "out": result.output_dir, "report": result.report, "tflite": result.tflite_path}
 
@@ -217,17 +216,16 @@ def test_golden_vectors_replay_exactly_with_reference_kernels(example: dict[str,
                     "-o", str(tmp_path / "g")], check=True, capture_output=True, text=True)
 
 
-def test_each_target_runtime_is_compared_with_the_reference_and_gated(example: dict[str, Any]) -> None:
-    """verify.runtime_drift: 3 and gates.max_runtime_drift_lsb: 0 on the example: LiteRT's optimized kernels
-    and TFLite Micro show every op output (8), XNNPACK only the model's output; all bit-exact, the gate passes."""
+def test_each_target_runtime_is_compared_with_the_reference(example: dict[str, Any]) -> None:
+    """verify.runtime_drift: 3 on the example: LiteRT's optimized kernels and TFLite Micro show every op output
+    (8), XNNPACK only the model's output; all bit-exact. Without gates.max_runtime_drift_lsb it gates nothing
+    (the gate at its limits: tests/unit/test_gate_boundaries.py and test_check_cli.py)."""
     drift = example["report"]["runtime_drift"]
     assert (drift["samples"], drift["data"]) == (3, "evaluation")
     runtimes = drift["runtimes"]
     assert {k: (r["target"], r["tensors_compared"], r["max_lsb"], r["ops"]) for k, r in runtimes.items()} == {
         "builtin": ("generic-int8", 8, 0, []), "xnnpack": ("arm-neon", 1, 0, []), "tflm": ("tflm-cmsis-nn", 8, 0, [])}
-    checks = {c["id"]: c for c in example["report"]["gate"]["checks"] if c["id"].startswith("drift.")}
-    assert {i: (c["outcome"], c["measured"], c["limit"]) for i, c in checks.items()} == {
-        "drift.builtin": ("pass", 0, 0), "drift.xnnpack": ("pass", 0, 0), "drift.tflm": ("pass", 0, 0)}
+    assert not [c for c in example["report"]["gate"]["checks"] if c["id"].startswith("drift.")]
     md = (example["out"] / "report.md").read_text()
     assert ("- xnnpack (arm-neon): at most 0 LSB from the reference, bit-exact on 1 op output(s) (3 evaluation "
             "samples)") in md
