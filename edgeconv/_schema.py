@@ -111,17 +111,22 @@ def parse_node(tp: Any, node: yaml.Node, key: str, ctx: Ctx, meta: Mapping[str, 
         value_tp = typing.get_args(tp)[1]
         if not isinstance(node, yaml.MappingNode):
             return ctx.error(node, key, f"expected a mapping, got {_show(node)}")
-        out: dict[str, Any] = {}
-        for k_node, v_node in node.value:
-            name = str(k_node.value)
-            if name in out:
-                ctx.error(k_node, f"{key}.{name}", "duplicate key")
-                continue
-            out[name] = parse_node(value_tp, v_node, f"{key}.{name}", ctx, {})
-        return INVALID if any(v is INVALID for v in out.values()) else types.MappingProxyType(out)
+        return parse_mapping(node, key, ctx, lambda v_node, sub: parse_node(value_tp, v_node, sub, ctx, {}))
     if not isinstance(node, yaml.ScalarNode):
         return ctx.error(node, key, f"expected {_type_word(tp)}, got {_show(node)}")
     return _parse_scalar(tp, node, key, ctx, meta)
+
+
+def parse_mapping(node: yaml.MappingNode, key: str, ctx: Ctx, value: Callable[[yaml.Node, str], Any]) -> Any:
+    """A mapping of names to values, each parsed by ``value(node, key)``; a duplicate name is an error."""
+    out: dict[str, Any] = {}
+    for k_node, v_node in node.value:
+        name = str(k_node.value)
+        if name in out:
+            ctx.error(k_node, f"{key}.{name}", "duplicate key")
+            continue
+        out[name] = value(v_node, f"{key}.{name}")
+    return INVALID if any(v is INVALID for v in out.values()) else types.MappingProxyType(out)
 
 
 def _type_word(tp: Any) -> str:

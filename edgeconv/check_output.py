@@ -16,9 +16,8 @@ from .results import CheckResult
 def check_lines(path: Path, result: CheckResult, fmt: str, *, quiet: bool = False) -> list[str]:
     """A checked .tflite: each target's verdict (per op unless one model-wide cause explains every op, as
     the diagnosis says), then the gate's reasons; ``fmt`` is ``text``, ``md`` or ``json``."""
-    from .report import target_lines, targets_markdown
+    from .report import drift_lines, target_lines, targets_markdown
     from .targets.diagnosis import diagnose
-    from .verify.drift_stage import drift_lines
 
     data = result.to_json()
     if fmt == "json":  # the report's targets section; with --reference-inputs, beside the runtimes' drift

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from . import _yaml
-from ._schema import INVALID, Ctx, dump_value, json_schema_of, parse_dataclass, relpath, setting
+from ._schema import INVALID, Ctx, dump_value, json_schema_of, parse_dataclass, parse_mapping, relpath, setting
 from .calibration import SOURCES, resolve_source
 from .calibration.config import HARD_FLOOR, SOURCE_KEYS, CalibrationConfig, DataConfig, EvaluationConfig, set_keys
 from .calibration.sources import folder_kinds
@@ -321,14 +321,7 @@ def _per_output(minimum: float | None, maximum: float | None) -> dict[str, Any]:
             return number(node, key, ctx)
         if not node.value:
             return ctx.error(node, key, "an empty mapping: give a number for every output, or {output name: number}")
-        out: dict[str, Any] = {}
-        for k_node, v_node in node.value:
-            name = str(k_node.value)
-            if name in out:
-                ctx.error(k_node, f"{key}.{name}", "duplicate key")
-                continue
-            out[name] = number(v_node, f"{key}.{name}", ctx)
-        return INVALID if any(v is INVALID for v in out.values()) else types.MappingProxyType(out)
+        return parse_mapping(node, key, ctx, lambda v_node, sub: number(v_node, sub, ctx))
 
     def schema() -> dict[str, Any]:
         one = {"type": "number", **{k: v for k, v in bounds.items() if v is not None}}

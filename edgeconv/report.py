@@ -217,8 +217,6 @@ def console_lines(report: rm.Report) -> list[str]:
                   + (f", mean box IoU {iou:.3f}" if iou is not None else "")
                   + f" against the float model ({parity.get('data', 'evaluation')} samples)"
                   for name, db, top1, iou in sqnr]
-    from .verify.drift_stage import drift_lines
-
     lines += drift_lines(report.get("runtime_drift"))
     memory = report.get("memory")
     tfl = report["tflite"]
@@ -247,7 +245,11 @@ def console_lines(report: rm.Report) -> list[str]:
 
 def first_cause(report: rm.Report) -> str | None:
     """The diagnosis' first cause in one line (the console's FAIL lines, the annotations)."""
-    found = report.get("diagnosis")
+    return cause_line(report.get("diagnosis"))
+
+
+def cause_line(found: rm.Diagnosis | None) -> str | None:
+    """A diagnosis' first cause, its fix, and how many more causes report.md lists."""
     if not found or not found["causes"]:
         return None
     c = found["causes"][0]
@@ -674,8 +676,6 @@ def drift_markdown(drift: rm.RuntimeDrift | None) -> list[str]:
     """Each target's runtime against edgeconv's reference, and the op outputs that differ."""
     if not drift:
         return []
-    from .verify.drift_stage import drift_lines
-
     lines = ["## Runtimes against the reference", "",
              f"On {drift['samples']} {drift['data']} samples, every op output a runtime exposes against edgeconv's "
              "NumPy reference of TFLite's reference kernels (`edgeconv reference`), in LSBs of the tensor's "
@@ -687,3 +687,24 @@ def drift_markdown(drift: rm.RuntimeDrift | None) -> list[str]:
         lines += [f"| {kind} | #{d['op']} {d['type']} | {_esc(d['tensor'])} | {d['max_lsb']} | {d['differ']:.2%} |"
                   for kind, d in rows]
     return [*lines, ""]
+
+
+def drift_lines(drift: rm.RuntimeDrift | None) -> list[str]:
+    """One line per runtime, for the console and `edgeconv check`."""
+    if not drift:
+        return []
+    if not drift["runtimes"]:
+        return ["drift: no target of this build has a runtime here (XNNPACK for arm-neon, LiteRT's optimized kernels "
+                "for generic-int8, TFLite Micro for tflm-cmsis-nn)"]
+    out = []
+    for kind, r in drift["runtimes"].items():
+        if r.get("error"):
+            out.append(f"drift: {kind} ({r.get('target')}): not compared: {r['error']}")
+            continue
+        differ = f"{len(r['ops'])} of {r['tensors_compared']} op output(s) differ" if r["ops"] else \
+            f"bit-exact on {r['tensors_compared']} op output(s)"
+        first = r["ops"][0] if r["ops"] else None
+        at = f"; first at op #{first['op']} {first['type']}" if first else ""
+        out.append(f"drift: {kind} ({r.get('target')}): at most {r['max_lsb']} LSB from the reference, {differ}{at} "
+                   f"({drift['samples']} {drift['data']} samples)")
+    return out

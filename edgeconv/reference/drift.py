@@ -182,10 +182,16 @@ def measure_inputs(data: bytes, model: TFLiteModel, path: Path, targets: Sequenc
     from .trace import read_samples
 
     samples = read_samples(path, model, READ_SAMPLES)
-    kinds = {TARGET_RUNTIMES[t.name]: t.name for t in targets if t.name in TARGET_RUNTIMES}
     keys = {model.main.tensors[i].name: i for i in model.main.inputs}
     raw = [{keys[name]: v for name, v in s.items()} for s in samples]
-    measured: dict[str, dict[str, Any]] = measure(data, model, raw, list(kinds)) if kinds and raw else {}
+    return {"samples": len(raw), "data": "reference-inputs", "runtimes": measure_targets(data, model, raw, targets)}
+
+
+def measure_targets(data: bytes, model: TFLiteModel, samples: Sequence[Mapping[int, np.ndarray]],
+                    targets: Sequence[Any]) -> dict[str, dict[str, Any]]:
+    """:func:`measure` for the runtimes of ``targets`` that have one here, each with the target it runs."""
+    kinds = {TARGET_RUNTIMES[t.name]: t.name for t in targets if t.name in TARGET_RUNTIMES}
+    measured = measure(data, model, samples, list(kinds)) if kinds and samples else {}
     for kind, found in measured.items():
         found["target"] = kinds[kind]
-    return {"samples": len(raw), "data": "reference-inputs", "runtimes": measured}
+    return measured

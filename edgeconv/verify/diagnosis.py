@@ -331,11 +331,3 @@ def diagnose(s: Setting, built: rm.Parity, findings: Sequence[DataWarning], rank
     for i, c in enumerate(ordered):
         c["rank"] = i + 1
     return {"failed": list(failed), "causes": ordered}
-
-
-def first_line(diagnosis: rm.Diagnosis | None) -> str | None:
-    """The first cause, for the console's FAIL line and the annotations."""
-    if not diagnosis or not diagnosis["causes"]:
-        return None
-    c = diagnosis["causes"][0]
-    return f"cause ({c['id']}): {c['sentence']}; fix: {c['fix']}"

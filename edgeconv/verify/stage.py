@@ -145,7 +145,9 @@ def verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, converte
         except Exception as exc:  # the verdict stands without its explanation; the log says why
             log.warning("diagnosis: not made (%s: %s); the gates' verdict stands", type(exc).__name__, exc)
             log.debug("diagnosis failed", exc_info=True)
-        if (said := diagnosis.first_line(why)) is not None:
+        from ..report import cause_line
+
+        if (said := cause_line(why)) is not None:
             log.info("diagnosis: %s", said)
     if repairing is not None and failed:
         from . import repair

@@ -268,3 +268,17 @@ def test_no_expression_is_expanded_inside_a_run_script(path: str) -> None:
     steps = document["runs"]["steps"] if "runs" in document else [
         s for job in document["jobs"].values() for s in job["steps"]]
     assert all("${{" not in step.get("run", "") for step in steps)
+
+
+def test_a_hostile_pipelines_input_is_only_hashed_into_the_build_cache_key(tmp_path: Path) -> None:
+    """The pipelines input comes from the workflow (a pull request can change it): command substitution, a
+    newline and a forged output line are hashed, never run or written to $GITHUB_OUTPUT."""
+    output = tmp_path / "out"
+    hostile = '$(touch pwned)\n`touch pwned2`\nkey=evil"; touch pwned3'
+    env = {**os.environ, "GITHUB_OUTPUT": str(output), "INPUT_PIPELINES": hostile, "RUNNER_OS": "Linux",
+           "INPUT_PYTHON_VERSION": "3.11"}
+    subprocess.run(["bash", str(REPO / "scripts" / "action" / "build_cache_key.sh")], env=env, check=True,
+                   cwd=tmp_path)
+    (line,) = output.read_text().splitlines()
+    assert re.fullmatch(r"key=edgeconv-build-Linux-3\.11-[0-9a-f]{16}", line), line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
