@@ -21,6 +21,7 @@ import yaml
 
 from . import _yaml
 from ._schema import INVALID, Ctx, dump_value, json_schema_of, parse_dataclass, parse_mapping, relpath, setting
+from ._version import SCHEMA_BASE_URL
 from .calibration import SOURCES, resolve_source
 from .calibration.config import HARD_FLOOR, SOURCE_KEYS, CalibrationConfig, DataConfig, EvaluationConfig, set_keys
 from .calibration.sources import folder_kinds
@@ -1103,7 +1104,7 @@ def pipeline_json_schema() -> dict[str, Any]:
     schema = json_schema_of(PipelineConfig)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://github.com/edgeconv/edgeconv/schemas/pipeline.schema.json",
+        "$id": SCHEMA_BASE_URL + "pipeline.schema.json",
         "title": "edgeconv pipeline",
         **schema,
     }

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .config import GatesConfig, PipelineConfig
 
 
-# What practitioners accept for INT8 post-training quantization (README "Default gates" says why):
+# What practitioners accept for INT8 post-training quantization (docs/PIPELINE.md "Default gates" says why):
 # healthy INT8 CNNs lose well under a point of accuracy and keep 25-45 dB SQNR at their outputs
 # (the shipped example: 0.00 points, 43 dB); a broken calibration costs tens of points and lands in
 # single-digit dB. The limits leave room for sampling noise on a few hundred evaluation samples.

@@ -221,7 +221,7 @@ class _Stages:
 def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: Path, progress: Progress | None,
            suggest_keep_float: bool, baseline: rm.Report | None, worker: Worker,
            repaired: rm.Repair | None = None) -> BuildResult | tuple[PipelineConfig, rm.Repair]:
-    """One build: the stages in order (README "What a build does"), then the verdict and the commit. When
+    """One build: the stages in order (docs/ARCHITECTURE.md "What a build does"), then the verdict and the commit. When
     the repair search chose a change: the pipeline with it and the search, for build() to build again."""
     clock = Clock(progress)
     if repaired is not None and "seconds" in repaired:

@@ -15,6 +15,8 @@ import types
 import typing
 from typing import Annotated, Any, Literal, NotRequired, TypedDict, Union
 
+from ._version import SCHEMA_BASE_URL
+
 REPORT_SCHEMA_VERSION: Literal[1] = 1
 
 
@@ -267,8 +269,8 @@ class RepairCause(TypedDict):
 class Cause(TypedDict):
     rank: Annotated[int, Min(1)]
     id: Annotated[str, OneOf(("calibration_data", "input_resolution", "index_input", "imposed_range",
-                              "calibration_coverage", "op_error")), Doc("What kind of cause (README \"Why a build "
-                                                                        "fails\")")]
+                              "calibration_coverage", "op_error")), Doc("What kind of cause (docs/VERIFICATION.md "
+                                                                        "\"Why a build fails\")")]
     confirmed: Annotated[bool, Doc(
         "Measured to explain the failure: the input's quantization alone gives at least half of the INT8 model's "
         "error, the calibration data has a severe finding, or the tensor's op is among the 3 that add the most "
@@ -546,7 +548,7 @@ def json_schema() -> dict[str, Any]:
     defs: dict[str, Any] = {}
     root = _object(Report, defs)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
-            "$id": "https://github.com/edgeconv/edgeconv/schemas/report.schema.json",
+            "$id": SCHEMA_BASE_URL + "report.schema.json",
             "title": "edgeconv build report", **root, "$defs": dict(sorted(defs.items()))}
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import re
 import shutil
 from typing import Any
 
@@ -24,9 +27,25 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("example")
     shutil.copytree(EXAMPLE, root / "examples" / "digits")
     shutil.copy(REPO / "pipeline.yaml", root / "pipeline.yaml")
-    code = main(["build", str(root / "pipeline.yaml"), "-q"])
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.chdir(root):
+        code = main(["build", "pipeline.yaml", "-q"])
     out = root / "build" / "digits"
-    return {"code": code, "out": out, "root": root, "report": json.loads((out / "report.json").read_text())}
+    return {"code": code, "out": out, "root": root, "report": json.loads((out / "report.json").read_text()),
+            "printed": printed.getvalue()}
+
+
+def test_the_readme_shows_what_the_example_prints(built: dict[str, Any]) -> None:
+    """The console block under the README's "Reading the output" is the example's result, line for line (the
+    stage times vary from run to run: only the time line's shape is compared)."""
+    readme = (REPO / "README.md").read_text().split("## Reading the output", 1)[1]
+    shown = re.search(r"```\n(.*?)```", readme, re.S)
+    assert shown is not None
+    timing = re.compile(r"^time: load [0-9.]+ s, .* \(total [0-9.]+ s\)$")
+    expected = [line for line in shown.group(1).splitlines() if not timing.match(line)]
+    printed = [line for line in built["printed"].splitlines() if not timing.match(line)]
+    assert printed == expected
+    assert sum(bool(timing.match(line)) for line in built["printed"].splitlines()) == 1
 
 
 def test_builds_and_passes(built: dict[str, Any]) -> None:
