@@ -20,7 +20,8 @@ from .ir import source_layers
 from .passes.base import PassResult
 from .report_model import REPORT_SCHEMA_VERSION as REPORT_SCHEMA_VERSION
 from .targets.checker import OpResult, TargetResult
-from .targets.target import Effect, Placement
+from .targets.parameter_memory import memory_line
+from .targets.target import Effect, Placement, Target
 from .verdict import target_passes
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "report.schema.json"
@@ -91,6 +92,7 @@ def targets_json(results: Iterable[TargetResult], layers: Sequence[str] | None =
             entry["error"] = r.error
         if r.estimates is not None:
             entry["estimates"] = dict(r.estimates)
+            entry["estimates_basis"] = estimates_basis(r.target)
         out.append(entry)
     return out
 
@@ -154,11 +156,24 @@ def pass_json(result: PassResult) -> rm.PassSection:
     }
 
 
+def estimates_basis(target: Target) -> str:
+    """What the estimates assumed: Vela's system config and memory mode, or the target file's layout."""
+    if target.compiler is not None:
+        return (f"system config {target.compiler.system_config or 'Vela default'}, "
+                f"memory mode {target.compiler.memory_mode or 'Vela default'}")
+    memory = target.parameter_memory
+    return f"parameter_memory of the target file (source {memory.source})" if memory is not None else ""
+
+
 def estimates_line(target: rm.TargetVerdict) -> str | None:
-    """A compiler's own estimates (Vela's summary) in one line: the numbers a firmware engineer runs it for."""
+    """A compiler's own estimates (Vela's summary) in one line, with the system config and memory mode it
+    assumed, or the parameter-memory estimate of an accelerator whose compiler cannot run here: the numbers a
+    firmware engineer runs the compiler for."""
     e = target.get("estimates")
     if not e:
         return None
+    if "parameter_bytes" in e:
+        return memory_line(target["name"], e)
     parts = []
     if "sram_kib" in e:
         parts.append(f"SRAM {e['sram_kib']:,.1f} KiB")
@@ -176,7 +191,8 @@ def estimates_line(target: rm.TargetVerdict) -> str | None:
         seconds = e["inference_time_s"]
         took = f"{seconds * 1e6:,.1f} µs" if seconds < 1e-3 else f"{seconds * 1e3:,.2f} ms"
         parts.append(f"{took} per inference{per_s}")
-    return f"{target['name']} (Vela estimate): {'; '.join(parts)}" if parts else None
+    basis = f" with {target['estimates_basis']}" if target.get("estimates_basis") else ""
+    return f"{target['name']} (Vela estimate{basis}): {'; '.join(parts)}" if parts else None
 
 
 def console_lines(report: rm.Report) -> list[str]:

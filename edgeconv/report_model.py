@@ -452,8 +452,12 @@ class TargetVerdict(TypedDict):
     shares: NotRequired[Annotated[dict[str, float], Doc("Share of the ops and of the MACs that run on the target")]]
     warnings: NotRequired[Count]
     weight_bytes: NotRequired[Count]
-    estimates: NotRequired[Annotated[dict[str, Any], Doc("The target's own tool's estimates (Vela: SRAM, cycles, "
-                                                         "inferences/s)")]]
+    estimates: NotRequired[Annotated[dict[str, Any], Doc(
+        "The target's own tool's estimates (Vela: SRAM, cycles, inferences/s), or an accelerator's parameter "
+        "memory from its target file's layout (edgetpu: parameter_bytes, parameters_off_chip_min_bytes / "
+        "_max_bytes, the on-chip cache range, ops_not_modelled)")]]
+    estimates_basis: NotRequired[Annotated[str, Doc(
+        "What the estimates assumed: Vela's system config and memory mode, or the target file's layout")]]
     ops: list[OpVerdict]
 
 

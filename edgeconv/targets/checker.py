@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from ..converters.tflite_reader import OpInfo, TFLiteModel
 from .constraints import AFTER_PLACEMENT
 from .cost import OpCost, op_cost
+from .parameter_memory import estimate
 from .target import Effect, OpStatus, Placement, Rule, Target
 
 log = logging.getLogger(__name__)
@@ -135,8 +136,13 @@ def check_model(model: TFLiteModel, target: Target) -> TargetResult:
         return place_with_vela(model, target)
     results = _after_placement([check_op(op, model, target) for op in model.ops], model, target)
     if target.placement is Placement.SEGMENT and target.segment_rule is not None:
-        return _place_segment(results, target, target.segment_rule)
-    return TargetResult(target, tuple(results))
+        placed = _place_segment(results, target, target.segment_rule)
+    else:
+        placed = TargetResult(target, tuple(results))
+    if target.parameter_memory is not None:  # the parameters of the ops it maps, on-chip or streamed
+        mapped = [r.op for r in placed.ops if r.status is OpStatus.SUPPORTED]
+        placed = dataclasses.replace(placed, estimates=estimate(mapped, target.parameter_memory))
+    return placed
 
 
 def _after_placement(results: list[OpResult], model: TFLiteModel, target: Target) -> list[OpResult]:

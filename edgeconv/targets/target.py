@@ -25,6 +25,7 @@ from ..converters.tflite_ops import BUILTIN_OP_NAMES
 from ..converters.tflite_reader import TensorType
 from ..errors import ConfigError, allowed_list, did_you_mean, rel
 from .constraints import CONSTRAINTS, Constraint, params_of, rule_text
+from .parameter_memory import ParameterMemory
 
 TARGET_SCHEMA_VERSION = 1
 OP_NAMES = BUILTIN_OP_NAMES
@@ -139,6 +140,7 @@ class Target:
     compiler: Compiler | None = None
     quantization: QuantPolicy = QuantPolicy()
     accelerator_name: str = ""  # an accelerator target ("Edge TPU", "NPU"): its share of MACs is gated
+    parameter_memory: ParameterMemory | None = None  # the compiler's parameter layout and on-chip cache
 
     @property
     def accelerator(self) -> bool:
@@ -151,7 +153,7 @@ class Target:
 
 
 _TOP_KEYS = ("schema_version", "name", "title", "description", "sources", "placement", "default_effect", "accelerator",
-             "compiler", "quantization", "unlisted", "notes", "fixes", "all_ops", "ops")
+             "compiler", "quantization", "parameter_memory", "unlisted", "notes", "fixes", "all_ops", "ops")
 COMPILERS = ("vela",)
 _RULE_KEYS = ("check", "id", "source", "fix", "effect")
 _EFFECTS = [e.value for e in Effect]
@@ -188,6 +190,7 @@ def load_target_file(path: Path, expected_name: str | None = None) -> Target:
     all_ops = tuple(_rules(top.get("all_ops"), "all_ops", sources, ctx, fixes, default))
     compiler = _compiler(top.get("compiler"), sources, ctx)
     quantization = _quantization(top.get("quantization"), sources, ctx)
+    parameter_memory = _parameter_memory(top.get("parameter_memory"), sources, ctx)
     ops: dict[str, OpEntry] = {}
     for op_name, op_node in _mapping(top.get("ops"), "ops", ctx).items():
         key = f"ops.{op_name}"
@@ -224,7 +227,32 @@ def load_target_file(path: Path, expected_name: str | None = None) -> Target:
     if ctx.problems:
         raise ConfigError(ctx.problems)
     return Target(name, _scalar(top["title"], "title", ctx), description, path, sources, placement, segment_rule,
-                  all_ops, ops, unlisted, notes, compiler, quantization, accelerator)
+                  all_ops, ops, unlisted, notes, compiler, quantization, accelerator, parameter_memory)
+
+
+_MEMORY_SIZES = ("array_rows", "row_multiple", "wide_row_multiple", "fc_row_multiple", "input_multiple",
+                 "bytes_per_row", "cache_min_bytes", "cache_max_bytes")
+
+
+def _parameter_memory(node: yaml.Node | None, sources: Mapping[str, str], ctx: Ctx) -> ParameterMemory | None:
+    """``parameter_memory: {array_rows: 64, ..., cache_min_bytes: N, cache_max_bytes: N, source: KEY}``: every
+    size a whole number of at least 1 (bytes_per_row at least 0), the cache range in order."""
+    if node is None:
+        return None
+    fields = _mapping(node, "parameter_memory", ctx, allowed=(*_MEMORY_SIZES, "source"))
+    sizes: dict[str, int] = {}
+    for key in _MEMORY_SIZES:
+        text = _scalar(fields.get(key), f"parameter_memory.{key}", ctx)
+        least = 0 if key == "bytes_per_row" else 1
+        if text and (not text.isdigit() or int(text) < least or len(text) > 12):
+            ctx.error(fields.get(key), f"parameter_memory.{key}", f"expected a whole number of at least {least}, "
+                      f"got {text!r}")
+        sizes[key] = int(text) if text.isdigit() and len(text) <= 12 else least
+    if sizes["cache_min_bytes"] > sizes["cache_max_bytes"]:
+        ctx.error(fields.get("cache_min_bytes"), "parameter_memory.cache_min_bytes",
+                  f"{sizes['cache_min_bytes']} is more than cache_max_bytes {sizes['cache_max_bytes']}")
+    source = _source(fields.get("source"), "parameter_memory.source", sources, ctx)
+    return ParameterMemory(**sizes, source=source)
 
 
 def _quantization(node: yaml.Node | None, sources: Mapping[str, str], ctx: Ctx) -> QuantPolicy:

@@ -149,8 +149,9 @@ def test_check_shows_vela_estimates_in_text_and_markdown() -> None:
     model = REPO / "tests" / "data" / "conv2d-relu.int8.tflite"
     text = run_edgeconv("check", model, "--target", "ethos-u55-128")
     assert text.returncode == 0, text.stderr
-    (said,) = [line for line in text.stdout.splitlines() if "(Vela estimate)" in line]
-    assert said.startswith("  ethos-u55-128 (Vela estimate): SRAM ") and " inferences/s" in said
+    (said,) = [line for line in text.stdout.splitlines() if "(Vela estimate" in line]
+    assert said.startswith("  ethos-u55-128 (Vela estimate with system config Ethos_U55_High_End_Embedded, memory mode "
+                           "Shared_Sram): SRAM ") and " inferences/s" in said
     md = run_edgeconv("check", model, "--target", "ethos-u55-128", "--format", "md")
     assert said.strip() in md.stdout
 

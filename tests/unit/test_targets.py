@@ -379,8 +379,24 @@ def _target_file(tmp_path: Path, body: str) -> Path:
      "'prefix'?"),
     ("opps: {}\n", "mine.yaml:6: top level: unknown key 'opps' (allowed: accelerator, all_ops, compiler, "
                    "default_effect, "
-                   "description, fixes, name, notes, ops, placement, quantization, schema_version, sources, title, "
-                   "unlisted); did you mean 'ops'?"),
+                   "description, fixes, name, notes, ops, parameter_memory, placement, quantization, schema_version, "
+                   "sources, title, unlisted); did you mean 'ops'?"),
+    ("parameter_memory: {array_rows: 64, row_multiple: 0, wide_row_multiple: 64, fc_row_multiple: 64, "
+     "input_multiple: 4, bytes_per_row: 8, cache_min_bytes: 10, cache_max_bytes: 20, source: DOC}\nops: {}\n",
+     "mine.yaml:6: parameter_memory.row_multiple: expected a whole number of at least 1, got '0'"),
+    ("parameter_memory: {array_rows: 64, row_multiple: 16, wide_row_multiple: 64, fc_row_multiple: 64, "
+     "input_multiple: 4, bytes_per_row: -1, cache_min_bytes: 10, cache_max_bytes: 20, source: DOC}\nops: {}\n",
+     "mine.yaml:6: parameter_memory.bytes_per_row: expected a whole number of at least 0, got '-1'"),
+    ("parameter_memory: {array_rows: 64, row_multiple: 16, wide_row_multiple: 64, fc_row_multiple: 64, "
+     "input_multiple: 4, bytes_per_row: 8, cache_min_bytes: 21, cache_max_bytes: 20, source: DOC}\nops: {}\n",
+     "mine.yaml:6: parameter_memory.cache_min_bytes: 21 is more than cache_max_bytes 20"),
+    ("parameter_memory: {array_rows: 64, row_multiple: 16, wide_row_multiple: 64, fc_row_multiple: 64, "
+     "input_multiple: 4, bytes_per_row: 8, cache_min_bytes: 10, cache_max_bytes: 20, source: DOCS}\nops: {}\n",
+     "mine.yaml:6: parameter_memory.source: unknown source 'DOCS' (defined: DOC); did you mean 'DOC'?"),
+    ("parameter_memory: {array_rows: 64, row_multiple: 16, wide_row_multiple: 64, fc_row_multiple: 64, "
+     "input_multiple: 4, bytes_per_row: 8, cache_min_bytes: 10, cache_max_bytes: 20, source: DOC, rows: 3}\nops: {}\n",
+     "mine.yaml:6: parameter_memory: unknown key 'rows' (allowed: array_rows, bytes_per_row, cache_max_bytes, "
+     "cache_min_bytes, fc_row_multiple, input_multiple, row_multiple, source, wide_row_multiple)"),
 ])
 def test_target_file_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str, problem: str) -> None:
     monkeypatch.chdir(tmp_path)
