@@ -138,18 +138,28 @@ def _why(report: rm.Report) -> list[str]:
     return [*report["gate"]["reasons"], *([cause] if cause is not None else [])]
 
 
-def summary_markdown(outcomes: Sequence[Outcome]) -> str:
-    """One table for every pipeline, then what failed and why; for a step summary or a PR comment."""
-    word = EXIT_WORDS.get(worst(outcomes), "crash").upper()
-    lines = [f"## edgeconv: {word}", "", "| pipeline | result | size | targets | parity | report |",
-             "|---|---|---|---|---|---|"]
+@dataclasses.dataclass(frozen=True)
+class SummaryRow:
+    """One pipeline in the summary of several: what the Markdown summary and the console's table show."""
+
+    pipeline: str
+    result: str  # pass, fail, error, crash, ...
+    cached: bool
+    size: str  # "36,528 B" or "-"
+    targets: tuple[tuple[str, bool], ...]  # (target, passes)
+    parity: str
+    report: str  # the report.md path or "-"
+
+
+def summary_rows(outcomes: Sequence[Outcome]) -> list[SummaryRow]:
+    rows = []
     for o in outcomes:
+        result = str(EXIT_WORDS.get(o.code, o.code))
         if o.report is None:
-            lines.append(f"| `{rel(o.pipeline)}` | **{EXIT_WORDS.get(o.code, o.code)}** | - | - | - | - |")
+            rows.append(SummaryRow(rel(o.pipeline), result, False, "-", (), "-", "-"))
             continue
         r = o.report
-        targets = ", ".join(f"{t['name']} {'✅' if verdict.target_passes(t, r['gate']['checks']) else '❌'}"
-                            for t in r["targets"])
+        targets = tuple((t["name"], verdict.target_passes(t, r["gate"]["checks"])) for t in r["targets"])
         parity = "-"
         p = r.get("parity")
         if p:
@@ -157,25 +167,47 @@ def summary_markdown(outcomes: Sequence[Outcome]) -> str:
             sqnr = [m["built"]["sqnr_db"] for m in p["outputs"].values() if m["built"]["sqnr_db"]]
             parity = (f"accuracy {acc['built']:.2%} (drop {acc['drop']['built'] * 100:.2f} points)" if acc
                       else f"SQNR {min(sqnr):.1f} dB" if sqnr else "-")
-        where = f"`{rel(o.report_dir / 'report.md')}`" if o.report_dir else "-"
-        cached = " (cached)" if o.cached else ""
-        lines.append(f"| `{rel(o.pipeline)}` | **{EXIT_WORDS.get(o.code, o.code)}**{cached} | "
-                     f"{r['tflite']['bytes']:,} B | {targets} | {parity} | {where} |")
-    problems = [(o, reason) for o in outcomes for reason in (_why(o.report) if o.report else [])]
-    errors = [o for o in outcomes if o.report is None]
-    if problems or errors:
-        lines += ["", "### Why", ""]
-        lines += [f"- `{rel(o.pipeline)}` ({o.name}): {reason}" for o, reason in problems]
-        lines += [f"- `{rel(o.pipeline)}`: {line}" for o in errors for line in (o.error or "").splitlines()]
-    changed = [(o, found["summary"]) for o in outcomes if o.report and (found := o.report.get("repair"))
-               and found["chosen"] is not None and found["trials"][found["chosen"] - 1].get("interface_change")]
+        report = rel(o.report_dir / "report.md") if o.report_dir else "-"
+        rows.append(SummaryRow(rel(o.pipeline), result, o.cached, f"{r['tflite']['bytes']:,} B", targets, parity,
+                               report))
+    return rows
+
+
+def summary_notes(outcomes: Sequence[Outcome]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The sections under the table: what failed and why, repairs that changed the interface, loosened
+    defaults; each a title and its lines as (pipeline, the rest of the line)."""
+    sections: list[tuple[str, list[tuple[str, str]]]] = []
+    why = [(rel(o.pipeline), f" ({o.name}): {reason}") for o in outcomes
+           for reason in (_why(o.report) if o.report else [])]
+    why += [(rel(o.pipeline), f": {line}") for o in outcomes if o.report is None
+            for line in (o.error or "").splitlines()]
+    if why:
+        sections.append(("Why", why))
+    changed = [(rel(o.pipeline), f" ({o.name}): {found['summary']}") for o in outcomes
+               if o.report and (found := o.report.get("repair")) and found["chosen"] is not None
+               and found["trials"][found["chosen"] - 1].get("interface_change")]
     if changed:
-        lines += ["", "### Repaired with a change to the model's interface", ""]
-        lines += [f"- `{rel(o.pipeline)}` ({o.name}): {summary}" for o, summary in changed]
-    disabled = [(o, note) for o in outcomes for note in (o.report["gate"].get("disabled", []) if o.report else [])]
+        sections.append(("Repaired with a change to the model's interface", changed))
+    disabled = [(rel(o.pipeline), f" ({o.name}): {note}") for o in outcomes
+                for note in (o.report["gate"].get("disabled", []) if o.report else [])]
     if disabled:
-        lines += ["", "### Default gates loosened by the pipeline", ""]
-        lines += [f"- `{rel(o.pipeline)}` ({o.name}): {note}" for o, note in disabled]
+        sections.append(("Default gates loosened by the pipeline", disabled))
+    return sections
+
+
+def summary_markdown(outcomes: Sequence[Outcome]) -> str:
+    """One table for every pipeline, then what failed and why; for a step summary or a PR comment."""
+    word = EXIT_WORDS.get(worst(outcomes), "crash").upper()
+    lines = [f"## edgeconv: {word}", "", "| pipeline | result | size | targets | parity | report |",
+             "|---|---|---|---|---|---|"]
+    for row in summary_rows(outcomes):
+        targets = ", ".join(f"{name} {'✅' if ok else '❌'}" for name, ok in row.targets) or "-"
+        report = f"`{row.report}`" if row.report != "-" else "-"
+        lines.append(f"| `{row.pipeline}` | **{row.result}**{' (cached)' if row.cached else ''} | {row.size} | "
+                     f"{targets} | {row.parity} | {report} |")
+    for title, notes in summary_notes(outcomes):
+        lines += ["", f"### {title}", ""]
+        lines += [f"- `{pipeline}`{rest}" for pipeline, rest in notes]
     return "\n".join(lines) + "\n"
 
 

@@ -181,8 +181,8 @@ def _say_crash(what: str, log: Path) -> None:
 def _build_many(args: argparse.Namespace) -> int:
     """Build one or more pipelines (edgeconv.many); print each result, then (for several) one table; CI
     outputs."""
-    from .ci import summary_markdown, worst
-    from .many import BuildOptions, build_many, expand
+    from .ci import worst
+    from .many import BuildOptions, expand
 
     paths = expand(args.pipelines)
     if args.out is not None and len(paths) > 1:
@@ -197,9 +197,7 @@ def _build_many(args: argparse.Namespace) -> int:
     if len(paths) == 1:
         outcomes = [_build_single(paths[0], options, quiet=args.quiet)]
     else:
-        outcomes = build_many(paths, options, jobs=args.jobs, on_outcome=_print_outcome)
-        print()
-        print(summary_markdown(outcomes).rstrip())
+        outcomes = _build_several(paths, options, jobs=args.jobs, quiet=args.quiet)
     for line in write_outputs(outcomes, junit=args.junit, summary=args.summary, results_json=args.results_json):
         print(line)
     return worst(outcomes)
@@ -222,20 +220,64 @@ def _build_single(path: Path, options: Any, *, quiet: bool) -> Any:
 
         cached = ([f"cache: unchanged since the cached build; artifacts and report from "
                    f"{rel(options.cache_dir or default_dir())}"] if result.cached else [])
-        print_lines([*cached, *console_lines(result.report),
+        served_in = outcome.seconds if result.cached else None
+        print_lines([*cached, *console_lines(result.report, served_in),
                      f"model {rel(result.tflite_path)}, report {rel(result.output_dir / 'report.md')}"], sys.stdout)
     return outcome
 
 
-def _print_outcome(o: Any) -> None:
+def _build_several(paths: Sequence[Path], options: Any, *, jobs: int, quiet: bool) -> list[Any]:
+    """Several pipelines: on a terminal a live line per running pipeline with its stage (not with -q); a line
+    per pipeline as it ends; then one table, how long it all took, and the TensorFlow import the builds
+    shared (in no pipeline's own time)."""
+    import time
+
+    from ._tf import import_seconds
+    from .ci import summary_notes, summary_rows, worst
+    from .console import PipelineLines, live, print_table
+    from .exit_codes import WORDS as EXIT_WORDS
+    from .many import build_many
+
+    # Live lines only where stdout and stderr are the terminal a person watches (rich draws them on stderr
+    # and prints stdout's lines above them).
+    lines = PipelineLines(sys.stderr) if not quiet and live(sys.stdout) and live(sys.stderr) else None
+    start = time.perf_counter()
+    try:
+        outcomes = build_many(paths, options, jobs=jobs, on_outcome=lambda o: _print_outcome(o, lines),
+                              on_stage=lines.stage if lines is not None else None,
+                              pause=lines.paused if lines is not None else None)
+    finally:
+        if lines is not None:
+            lines.stop()
+    took = time.perf_counter() - start
+    rows = [(row.pipeline, row.result.upper() + (" (cached)" if row.cached else ""), row.size,
+             ", ".join(f"{name} {'PASS' if ok else 'FAIL'}" for name, ok in row.targets) or "-", row.parity,
+             row.report) for row in summary_rows(outcomes)]
+    sections = [(title, [f"{pipeline}{rest}" for pipeline, rest in notes]) for title, notes in summary_notes(outcomes)]
+    print()
+    print_table(f"edgeconv: {EXIT_WORDS.get(worst(outcomes), 'crash').upper()}",
+                ("pipeline", "result", "size", "targets", "parity", "report"), rows, sections, sys.stdout)
+    shared = import_seconds()
+    imported = (f"; TensorFlow imported once, in {shared:.1f} s, before the builds (in no pipeline's time)"
+                if shared is not None and jobs > 1 else "")
+    print(f"{len(outcomes)} pipelines in {took:.1f} s, {min(jobs, len(outcomes))} at a time{imported}")
+    return outcomes
+
+
+def _print_outcome(o: Any, lines: Any = None) -> None:
+    """A pipeline's line as it ends: its result, its time (or the cache's), its output folder, its error."""
     from .exit_codes import WORDS as EXIT_WORDS
 
     if o.crash_log is not None:
         _say_crash((o.error or "").removeprefix("internal error: "), o.crash_log)
     where = f" -> {rel(o.report_dir)}" if o.report_dir else ""
-    print_lines([f"{rel(o.pipeline)}: {EXIT_WORDS.get(o.code, o.code).upper()} in {o.seconds:.1f} s{where}"
-                 f"{' (cached)' if o.cached else ''}", *(f"  {line}" for line in (o.error or "").splitlines())],
-                sys.stdout)
+    took = f", served from the cache in {o.seconds:.1f} s" if o.cached else f" in {o.seconds:.1f} s"
+    said = [f"{rel(o.pipeline)}: {EXIT_WORDS.get(o.code, o.code).upper()}{took}{where}",
+            *(f"  {line}" for line in (o.error or "").splitlines())]
+    if lines is not None:
+        lines.ended(str(o.pipeline), said)
+    else:
+        print_lines(said, sys.stdout)
 
 
 def _validate(paths: Sequence[Path], *, quiet: bool = False, check_files: bool = True) -> int:

@@ -20,7 +20,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 
@@ -166,6 +166,83 @@ def _count_column() -> Any:
     return CountColumn
 
 
+# -- several pipelines ----------------------------------------------------------------------------
+
+class StageFeed:
+    """The display of one build among several: each progress call becomes ``send((pipeline, stage, done,
+    total))`` (to the parent's :class:`PipelineLines`, through a queue from a pool process); log lines are
+    the report's to keep (several builds' lines interleaved help nobody)."""
+
+    def __init__(self, pipeline: str, send: Any, pause: Any = None) -> None:
+        self.pipeline, self.send, self.pause = pipeline, send, pause
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The build forks its converter worker: the display's drawing thread (in this process) stops."""
+        with self.pause() if self.pause is not None else contextlib.nullcontext():
+            yield
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        with contextlib.suppress(Exception):  # the display must never end a build (a parent that stopped)
+            self.send((self.pipeline, stage, done, total))
+
+    def handler(self) -> logging.Handler:
+        return logging.NullHandler()
+
+    def stop(self) -> None:
+        pass
+
+
+class PipelineLines:
+    """Several pipelines on a terminal: a live line per running pipeline (spinner, pipeline, its current
+    stage, its elapsed time) at the bottom; each result line prints above them as its build ends."""
+
+    def __init__(self, stream: Any) -> None:
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.console = Console(file=stream, highlight=False)
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                 console=self.console, transient=True)
+        self.tasks: dict[str, Any] = {}
+        self.progress.start()
+
+    def stage(self, pipeline: str, stage: str, done: int, total: int) -> None:
+        count = f" {done}/{total}" if total and done < total else ""
+        state = "" if (total == 0 and done > 0) or (total and done >= total) else f": {stage}{count}"
+        description = f"{pipeline}{state}"
+        task = self.tasks.get(pipeline)
+        if task is None:
+            self.tasks[pipeline] = self.progress.add_task(description, total=None)
+        else:
+            self.progress.update(task, description=description)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No drawing thread while a build in this process forks its converter worker (see LiveProgress)."""
+        drawing = getattr(self.progress.live, "_refresh_thread", None)
+        self.progress.stop()
+        if drawing is not None:
+            drawing.join()
+        try:
+            yield
+        finally:
+            self.progress.start()
+
+    def ended(self, pipeline: str, lines: Iterable[str]) -> None:
+        task = self.tasks.pop(pipeline, None)
+        if task is not None:
+            self.progress.remove_task(task)
+        for line in lines:
+            self.console.print(_styled(line))
+
+    def stop(self) -> None:
+        for task in self.tasks.values():
+            self.progress.remove_task(task)
+        self.tasks.clear()
+        self.progress.stop()
+
+
 # -- the result, coloured on a terminal ---------------------------------------------------------
 
 _WORDS = re.compile(r"\b(PASS|FAIL|ERROR|CACHED)\b|\[(supported|uncertain|cpu_fallback|unsupported)\]")
@@ -173,24 +250,76 @@ _STYLES = {"PASS": "bold green", "FAIL": "bold red", "ERROR": "bold red", "CACHE
            "supported": "green", "uncertain": "yellow", "cpu_fallback": "dark_orange", "unsupported": "red"}
 
 
+def colour(stream: Any) -> bool:
+    """Colour on ``stream``: never with NO_COLOR (no-color.org), always with FORCE_COLOR (force-color.org: CI
+    logs that render ANSI, as GitHub Actions' do), else where a person watches."""
+    if os.environ.get("NO_COLOR", ""):
+        return False
+    if os.environ.get("FORCE_COLOR", "").lower() not in ("", "0", "false"):
+        return True
+    return live(stream)
+
+
+def _rich_console(stream: Any, **kwargs: Any) -> Any:
+    from rich.console import Console
+
+    # force_terminal: FORCE_COLOR on a pipe; no_color off: colour() already said yes.
+    return Console(file=stream, highlight=False, force_terminal=True, no_color=False, **kwargs)
+
+
+def _styled(line: str) -> Any:
+    from rich.text import Text
+
+    text = Text(line)
+    for match in _WORDS.finditer(line):
+        word = match.group(1) or match.group(2)
+        start = match.start(1) if match.group(1) else match.start(2)
+        text.stylize(_STYLES[word], start, start + len(word))
+    return text
+
+
 def print_lines(lines: Iterable[str], stream: Any) -> None:
-    """The result: plain where it is logged, verdict words in colour on a terminal (NO_COLOR turns it off)."""
-    if not live(stream):
+    """The result: plain where it is logged, verdict words in colour on a terminal or with FORCE_COLOR
+    (NO_COLOR turns it off)."""
+    if not colour(stream):
         for line in lines:
             stream.write(line + "\n")
         stream.flush()
         return
-    from rich.console import Console
-    from rich.text import Text
-
-    console = Console(file=stream, highlight=False, soft_wrap=True)
+    console = _rich_console(stream, soft_wrap=True)
     for line in lines:
-        text = Text(line)
-        for match in _WORDS.finditer(line):
-            word = match.group(1) or match.group(2)
-            start = match.start(1) if match.group(1) else match.start(2)
-            text.stylize(_STYLES[word], start, start + len(word))
-        console.print(text)
+        console.print(_styled(line))
+
+
+def print_table(title: str, header: Sequence[str], rows: Iterable[Sequence[str]],
+                sections: Iterable[tuple[str, Iterable[str]]], stream: Any) -> None:
+    """A summary table for people: drawn by rich on a terminal (verdict words in colour), plain aligned
+    columns in logs (never wrapped mid-cell: a log has no width); then each section's title and lines."""
+    from rich.box import ASCII2, ROUNDED
+    from rich.table import Table
+
+    coloured = colour(stream)
+    table = Table(box=ROUNDED if coloured else ASCII2, highlight=False)
+    for name in header:
+        table.add_column(name, overflow="fold")
+    for row in rows:
+        table.add_row(*(_styled(cell) if coloured else cell for cell in row))
+    console = _rich_console(stream) if coloured else _plain_console(stream)
+    console.print(_styled(title) if coloured else title, markup=False)
+    console.print(table)
+    for heading, lines in sections:
+        console.print()
+        console.print(heading, style="bold" if coloured else "", markup=False)
+        for line in lines:
+            console.print(_styled(f"- {line}") if coloured else f"- {line}", markup=False, soft_wrap=True)
+
+
+def _plain_console(stream: Any) -> Any:
+    from rich.console import Console
+
+    # A log has no width: wide enough that no cell wraps; no colour, no control codes.
+    return Console(file=stream, highlight=False, width=1000, no_color=True, force_terminal=False,
+                   color_system=None, emoji=False)
 
 
 class SafeStream:

@@ -15,6 +15,7 @@ import gc
 import logging
 import multiprocessing
 import multiprocessing.context
+import multiprocessing.queues
 import os
 import sys
 import time
@@ -103,18 +104,29 @@ def build_one(path: Path, options: BuildOptions, display: Display | None = None
                    cached=result.cached), result
 
 
+StageCallback = Callable[[str, str, int, int], None]  # (pipeline, stage, done, total), as a build reports it
+
+
 def build_many(paths: Sequence[Path], options: BuildOptions, *, jobs: int = 1,
-               on_outcome: Callable[[Outcome], None] = lambda outcome: None) -> list[Outcome]:
-    """Build every pipeline, ``jobs`` at a time, calling ``on_outcome`` as each ends (in this process);
-    the outcomes in the order of ``paths``. Ctrl-C or SIGTERM stops every build (each keeps its previous
-    output) and no pipeline not yet started starts."""
+               on_outcome: Callable[[Outcome], None] = lambda outcome: None,
+               on_stage: StageCallback | None = None,
+               pause: Callable[[], contextlib.AbstractContextManager[None]] | None = None) -> list[Outcome]:
+    """Build every pipeline, ``jobs`` at a time, calling ``on_outcome`` as each ends and ``on_stage`` as each
+    reports a stage (both in this process, the pipeline named as given); the outcomes in the order of
+    ``paths``. ``pause``: stops the drawing thread of whatever shows the stages while a build here forks its
+    converter worker (with ``jobs`` 1). Ctrl-C or SIGTERM stops every build (each keeps its previous output)
+    and no pipeline not yet started starts."""
+    from .console import StageFeed
+
     if jobs < 1:
         raise EdgeconvError(f"-j must be at least 1, got {jobs}")
     if jobs == 1 or len(paths) == 1:
         done = []
         with sharing_worker():
             for path in paths:
-                outcome, _ = build_one(path, options)
+                feed = (StageFeed(str(path), lambda event: on_stage(*event), pause=pause)
+                        if on_stage is not None else None)
+                outcome, _ = build_one(path, options, feed)
                 on_outcome(outcome)
                 done.append(outcome)
         return done
@@ -123,14 +135,22 @@ def build_many(paths: Sequence[Path], options: BuildOptions, *, jobs: int = 1,
     results: dict[Path, Outcome] = {}
     context = pool_context()
     forked = context.get_start_method() == "fork"
+    # A SimpleQueue: a pipe written under a lock, no feeder thread (a pool process's build forks its converter
+    # worker only while no other thread runs), read here between waits (no thread here either).
+    stages = context.SimpleQueue() if on_stage is not None else None
     with concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=context,
-                                                initializer=_pool_process_init, initargs=(forked,)) as pool:
+                                                initializer=_pool_process_init, initargs=(forked, stages)) as pool:
         try:
             with _frozen_while_forking(forked):
                 futures = {pool.submit(_build_in_pool, p, options): p for p in paths}
-            for future in concurrent.futures.as_completed(futures):
-                results[futures[future]] = outcome = future.result()
-                on_outcome(outcome)
+            pending = set(futures)
+            while pending:
+                finished, pending = concurrent.futures.wait(pending, timeout=0.1,
+                                                            return_when=concurrent.futures.FIRST_COMPLETED)
+                _relay(stages, on_stage)  # the stages so far, the finished pipelines' last ones included
+                for future in sorted(finished, key=lambda f: paths.index(futures[f])):
+                    results[futures[future]] = outcome = future.result()
+                    on_outcome(outcome)
         except BaseException as exc:  # Ctrl-C, SIGTERM or a broken pool: no pipeline not yet started starts now
             if isinstance(exc, (KeyboardInterrupt, cancel.Terminated)):
                 _interrupt_children()
@@ -139,8 +159,23 @@ def build_many(paths: Sequence[Path], options: BuildOptions, *, jobs: int = 1,
     return [results[p] for p in paths]
 
 
+def _relay(stages: multiprocessing.queues.SimpleQueue[tuple[str, str, int, int]] | None,
+           on_stage: StageCallback | None) -> None:
+    """Hand every stage report the pool's builds have written so far to ``on_stage``."""
+    if stages is None or on_stage is None:
+        return
+    with contextlib.suppress(EOFError, OSError):
+        while not stages.empty():
+            on_stage(*stages.get())
+
+
+_STAGES: multiprocessing.queues.SimpleQueue[tuple[str, str, int, int]] | None = None  # in a pool process
+
+
 def _build_in_pool(path: Path, options: BuildOptions) -> Outcome:
-    return build_one(path, options)[0]
+    from .console import StageFeed
+
+    return build_one(path, options, StageFeed(str(path), _STAGES.put) if _STAGES is not None else None)[0]
 
 
 @contextlib.contextmanager
@@ -172,7 +207,8 @@ def _interrupt_children() -> None:
                 os.kill(child.pid, signal.SIGTERM)
 
 
-def _pool_process_init(forked: bool) -> None:
+def _pool_process_init(forked: bool,
+                       stages: multiprocessing.queues.SimpleQueue[tuple[str, str, int, int]] | None = None) -> None:
     """In each process of the pool: SIGTERM stops its build cleanly (as in a single build); its builds
     share one converter worker (one TensorFlow import per process, or none for a fork), which ends with
     the process. A forked process forgets the exit handlers it inherited (the parent's to run, not its
@@ -182,6 +218,8 @@ def _pool_process_init(forked: bool) -> None:
     import signal
     from multiprocessing import util
 
+    global _STAGES
+    _STAGES = stages  # where its builds report their stages (None: nobody watches)
     signal.signal(signal.SIGTERM, cancel.on_sigterm)
     if forked:
         atexit._clear()

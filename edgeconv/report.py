@@ -195,10 +195,11 @@ def estimates_line(target: rm.TargetVerdict) -> str | None:
     return f"{target['name']} (Vela estimate{basis}): {'; '.join(parts)}" if parts else None
 
 
-def console_lines(report: rm.Report) -> list[str]:
+def console_lines(report: rm.Report, served_in: float | None = None) -> list[str]:
     """What a reviewer needs first, rendered from the report's verdict: a line per target (accelerators as
     their compiler says it), accuracy, SQNR, size and arena, what the pipeline loosened, the verdict and
-    the reason for every failure."""
+    the reason for every failure. ``served_in``: the report came from the build cache in that many seconds
+    (its stage times are the cached build's, not this run's)."""
     gate = report["gate"]
     checks = gate.get("checks", [])
     accel = {c["target"]: c for c in checks if c["kind"] == "accelerator"}
@@ -248,7 +249,10 @@ def console_lines(report: rm.Report) -> list[str]:
     if repair:
         lines.append(repair["summary"])
     timings = report.get("timings")
-    if timings:
+    if served_in is not None:
+        took = f" (the build it holds took {timings['total_s']:.1f} s)" if timings else ""
+        lines.append(f"time: served from the cache in {served_in:.1f} s{took}")
+    elif timings:
         stages = ", ".join(f"{k} {v:.1f} s" for k, v in timings["stages_s"].items())
         lines.append(f"time: {stages} (total {timings['total_s']:.1f} s)")
     lines.append(f"gate: {gate['verdict'].upper()}")

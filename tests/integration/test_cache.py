@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -57,7 +58,13 @@ def test_unchanged_rebuild_comes_from_the_cache_and_any_change_builds(primed: di
 
     code, warm = timed_build(project)
     assert code == 0
-    assert "cache: unchanged since the cached build" in capsys.readouterr().out
+    said = capsys.readouterr().out.splitlines()
+    assert said[0].startswith("cache: unchanged since the cached build")
+    # This run's time, not the cached build's stage times as if they were this run's.
+    (timing,) = [line for line in said if line.startswith("time: ")]
+    cached_total = json.loads((out / "report.json").read_text())["timings"]["total_s"]
+    assert re.fullmatch(rf"time: served from the cache in \d+\.\d s \(the build it holds took {cached_total:.1f} s\)",
+                        timing), timing
     assert tree(out) == first  # the same artifacts and report, byte for byte
     assert warm < 0.1 * cold, (warm, cold)
 

@@ -233,6 +233,56 @@ def test_result_lines_are_plain_in_logs_and_coloured_on_a_terminal(monkeypatch: 
     assert not re.search(r"\x1b\[[0-9;]*3[0-9]m", plain.getvalue())  # NO_COLOR: no colour (bold stays)
 
 
+@pytest.mark.parametrize(("env", "tty", "coloured"), [
+    ({"FORCE_COLOR": "1"}, False, True),  # GitHub Actions renders ANSI in its logs
+    ({"FORCE_COLOR": "1", "CI": "true"}, False, True),
+    ({"FORCE_COLOR": "0"}, False, False),
+    ({"FORCE_COLOR": ""}, False, False),
+    ({"FORCE_COLOR": "1", "NO_COLOR": "1"}, True, False),  # the explicit opt-out wins
+    ({"NO_COLOR": ""}, True, True),  # an empty NO_COLOR is not set (no-color.org)
+    ({}, True, True),
+    ({}, False, False),
+])
+def test_force_color_and_no_color(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], tty: bool,
+                                  coloured: bool) -> None:
+    from edgeconv import console
+
+    for name in ("CI", "NO_COLOR", "FORCE_COLOR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    stream = _Stream(tty=tty)
+    console.print_lines(["gate: FAIL"], stream)
+    assert ("\x1b[1;31mFAIL\x1b[0m" in stream.getvalue()) is coloured
+    assert re.sub(r"\x1b\[[0-9;]*m", "", stream.getvalue()) == "gate: FAIL\n"
+
+
+def test_the_summary_table_in_a_log_never_wraps_a_cell(monkeypatch: pytest.MonkeyPatch) -> None:
+    from edgeconv import console
+
+    for name in ("NO_COLOR", "FORCE_COLOR"):
+        monkeypatch.delenv(name, raising=False)
+    long = "generic-int8 PASS, arm-neon PASS, edgetpu FAIL, tflm-cmsis-nn PASS, ethos-u55-128 PASS, " * 3
+    logged = _Stream(tty=False)
+    console.print_table("edgeconv: FAIL", ("pipeline", "result", "targets"),
+                        [("a.yaml", "PASS", "edgetpu PASS"), ("models/b c.yaml", "FAIL", long.strip())],
+                        [("Why", ["models/b c.yaml (b): target edgetpu: 1 unsupported op(s): GELU x1"])], logged)
+    width = len(long.strip())
+    assert logged.getvalue().splitlines() == [
+        "edgeconv: FAIL",
+        f"+-----------------+--------+-{'-' * width}-+",
+        f"| pipeline        | result | {'targets'.ljust(width)} |",
+        f"+-----------------+--------+-{'-' * width}-+",
+        f"| a.yaml          | PASS   | {'edgetpu PASS'.ljust(width)} |",
+        f"| models/b c.yaml | FAIL   | {long.strip()} |",
+        f"+-----------------+--------+-{'-' * width}-+",
+        "",
+        "Why",
+        "- models/b c.yaml (b): target edgetpu: 1 unsupported op(s): GELU x1",
+    ]
+
+
 @pytest.mark.parametrize(("argv", "expected"), [
     (["build", "pipeline.yaml", "tests/data/*.nothing"], "tests/data/*.nothing: no pipeline file matches"),
     (["build", "pipeline.yaml", "README.md", "--out", "x"],
