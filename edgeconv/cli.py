@@ -398,6 +398,8 @@ def _view(args: argparse.Namespace) -> int:
             if not args.quiet:
                 kept = ("Model Explorer's 'Add per-node data' loads them too" if overlays.kept else
                         "written for this view and removed when it stops; a build keeps them in explorer/")
+                if overlays.verdict:
+                    print(overlays.verdict.replace(" ", ": ", 1), *(f"  - {r}" for r in overlays.reasons), sep="\n")
                 print(f"model {rel(overlays.model)}; overlays ({kept}):")
                 for f in overlays.files:
                     print(f"  {rel(f)}")
@@ -410,8 +412,9 @@ def _view(args: argparse.Namespace) -> int:
 
                 webbrowser.open_new_tab(address)
 
+        shown = explorer.titled(overlays, Path(scratch))
         try:
-            explorer.serve(overlays, args.host, port, ready)
+            explorer.serve(overlays, args.host, port, ready, shown)
         except KeyboardInterrupt:  # how a viewer is stopped
             print("edgeconv: Model Explorer stopped", file=sys.stderr)
             return EXIT_OK

@@ -35,6 +35,9 @@ FOLDER = "explorer"
 #: Background colour of each status (light, so the node's label stays readable).
 STATUS_COLOURS = {"supported": "#c8e6c9", "uncertain": "#fff59d", "cpu_fallback": "#ffcc80",
                   "unsupported": "#ef9a9a"}
+#: A blocking op (segment placement: it cannot be mapped and ends the accelerator's segment) stands out from
+#: the ops that merely follow it onto the CPU: the one to fix.
+BLOCKING_COLOUR = "#e53935"
 #: SQNR bands (upper bound in dB, colour): below 10 dB the op's output is mostly noise, 8-bit
 #: quantization done well gives 30 dB and more.
 SQNR_BANDS = ((10.0, "#ef9a9a"), (20.0, "#ffcc80"), (30.0, "#fff59d"), (1e9, "#c8e6c9"))
@@ -70,11 +73,16 @@ def node_data(model: TFLiteModel, targets: Sequence[rm.TargetVerdict],
         if target.get("error"):
             continue
         by_index = {(op.get("subgraph", 0), op["index"]): op for op in target["ops"]}
+        blocking = {b["index"] for b in target.get("blocking_ops", [])}
         status: dict[str, dict[str, Any]] = {}
         why: dict[str, dict[str, Any]] = {}
         for (subgraph, index), op in sorted(by_index.items()):
             g = graph_id(model, subgraph)
-            status.setdefault(g, {})[str(index)] = {"value": op["status"], "bgColor": STATUS_COLOURS[op["status"]]}
+            if subgraph == 0 and index in blocking:
+                shown = {"value": f"{op['status']} (blocking)", "bgColor": BLOCKING_COLOUR}
+            else:
+                shown = {"value": op["status"], "bgColor": STATUS_COLOURS[op["status"]]}
+            status.setdefault(g, {})[str(index)] = shown
             if op["status"] != "supported":
                 why.setdefault(g, {})[str(index)] = {"value": _why(op)}
         files[f"{FOLDER}/{target['name']}.status.json"] = _file(f"{target['name']} status", status,
@@ -104,19 +112,37 @@ class Overlays:
     model: Path
     files: tuple[Path, ...]
     kept: bool  # the files stay (a build's explorer/ folder), or are gone when the viewer stops
+    verdict: str = ""  # "gate PASS" / "gate FAIL" (a build's), "targets PASS" / "targets FAIL" (a .tflite checked now)
+    reasons: tuple[str, ...] = ()
 
 
-def _order(paths: Sequence[Path], targets: Sequence[str]) -> list[Path]:
-    """Model Explorer shows the last overlay added on the graph: the SQNR first, then each target's rule and
-    fix, then the targets' status, the first target's last (the one a user sees on opening)."""
+def _order(paths: Sequence[Path], targets: Sequence[str], first: str | None = None) -> list[Path]:
+    """Model Explorer shows the last overlay added on the graph: each target's rule and fix, then the
+    targets' status, then the one a user should see on opening (``first``: a target's status, or
+    ``SQNR_FILE``), last. By default that is the first target's status, with the SQNR below the rest."""
     def target(p: Path) -> str:
         return p.name.split(".")[0]
 
     def key(p: Path) -> tuple[int, int]:
+        if p.name == first or (first is not None and p.name == f"{first}.status.json"):
+            return (3, 0)
         rank = targets.index(target(p)) if target(p) in targets else len(targets)
         return (0, 0) if p.name == SQNR_FILE else (1, rank) if p.name.endswith(".why.json") else (2, -rank)
 
     return sorted((p for p in paths if p.name == SQNR_FILE or target(p) in targets), key=key)
+
+
+def opening_overlay(report: Mapping[str, Any], targets: Sequence[str], has_sqnr: bool) -> str | None:
+    """The overlay that shows why the build failed: the per-op SQNR when an agreement or accuracy gate
+    failed (the ops that lose the signal), else the first failing target's status, else the first target's."""
+    checks = report.get("gate", {}).get("checks", [])
+    failed = [c for c in checks if c.get("outcome") in ("fail", "error")]
+    if has_sqnr and any(c.get("kind") in ("agreement", "accuracy") for c in failed):
+        return SQNR_FILE
+    for c in failed:
+        if c.get("kind") in ("target", "accelerator") and c.get("target") in targets:
+            return str(c["target"])
+    return None
 
 
 def overlays_for(path: Path, targets: Sequence[str] | None, scratch: Path) -> Overlays:
@@ -142,7 +168,11 @@ def overlays_for(path: Path, targets: Sequence[str] | None, scratch: Path) -> Ov
         if not kept:
             _write(scratch, node_data(read_tflite(model_path), body.get("targets", []), body.get("culprits")))
             folder = scratch / FOLDER
-        return Overlays(model_path, tuple(_order(sorted(folder.glob("*.json")), targets or names)), kept)
+        files = sorted(folder.glob("*.json"))
+        first = opening_overlay(body, targets or names, any(f.name == SQNR_FILE for f in files))
+        gate = str(body.get("gate", {}).get("verdict", "")).upper()
+        return Overlays(model_path, tuple(_order(files, targets or names, first)), kept, f"gate {gate}" if gate else "",
+                        tuple(body.get("gate", {}).get("reasons", [])))
     if path.suffix.lower() != ".tflite":
         raise ConfigError([f"{rel(path)}: give a build's output folder or a .tflite file"])
     from .report import targets_json
@@ -151,8 +181,13 @@ def overlays_for(path: Path, targets: Sequence[str] | None, scratch: Path) -> Ov
 
     names = list(targets or ["generic-int8"])
     model = read_tflite(path)
-    _write(scratch, node_data(model, targets_json(check_model(model, load_target(n)) for n in names)))
-    return Overlays(path, tuple(_order(sorted((scratch / FOLDER).glob("*.json")), names)), kept=False)
+    checked = targets_json(check_model(model, load_target(n)) for n in names)
+    _write(scratch, node_data(model, checked))
+    failing = [t["name"] for t in checked if t["verdict"] != "pass"]
+    reasons = tuple(f"target {t['name']}: {t['verdict']}" for t in checked if t["verdict"] != "pass")
+    return Overlays(path, tuple(_order(sorted((scratch / FOLDER).glob("*.json")), names,
+                                       failing[0] if failing else None)),
+                    kept=False, verdict=f"targets {'FAIL' if failing else 'PASS'}", reasons=reasons)
 
 
 def _write(folder: Path, files: Mapping[str, bytes]) -> None:
@@ -177,16 +212,56 @@ def _model_explorer() -> Any:
     return model_explorer
 
 
-def _config(overlays: Overlays) -> Any:
-    config = _model_explorer().config().add_model_from_path(str(overlays.model.resolve()))
+def titled(overlays: Overlays, scratch: Path) -> Path:
+    """The model under a name that carries the verdict, the title Model Explorer shows above the graph:
+    ``seg - gate FAIL (target edgetpu, output 'digit').tflite``, a link (or a copy) in ``scratch``. Without a
+    verdict, the model itself."""
+    if not overlays.verdict:
+        return overlays.model
+    kinds = list(dict.fromkeys(r.split(":", 1)[0] for r in overlays.reasons))
+    why = f" ({', '.join(kinds)})" if kinds else ""
+    name = f"{overlays.model.stem} - {overlays.verdict}{why}"
+    name = "".join(c if c.isprintable() and c not in '/\\:*?"<>|' else " " for c in name)[:200] + ".tflite"
+    shown = scratch / "model" / name
+    shown.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        shown.symlink_to(overlays.model.resolve())
+    except OSError:  # no symbolic links here (some Windows accounts): a copy
+        import shutil
+
+        shutil.copyfile(overlays.model, shown)
+    return shown
+
+
+def _config(overlays: Overlays, model: Path | None = None) -> Any:
+    config = _model_explorer().config().add_model_from_path(str((model or overlays.model).absolute()))
     for f in overlays.files:
         config.add_node_data_from_path(str(f.resolve()))
     return config
 
 
-def url(overlays: Overlays, host: str, port: int) -> str:
+def url(overlays: Overlays, host: str, port: int, model: Path | None = None) -> str:
     """The address that opens the model with its overlays (Model Explorer encodes its config in the URL)."""
-    return f"http://{host}:{port}/?data={_config(overlays).to_url_param_value()}"
+    return f"http://{host}:{port}/?data={_config(overlays, model).to_url_param_value()}"
+
+
+SHORT_PATH = "/edgeconv"
+
+
+class _FlaskWithShortAddress:
+    """Model Explorer's ``flask`` module as its server sees it, but each app it makes also answers
+    ``/edgeconv`` with a redirect to the long address (the config it encodes is 600-900 characters)."""
+
+    def __init__(self, flask: Any, target: str) -> None:
+        self._flask, self._target = flask, target
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._flask, name)
+
+    def Flask(self, *args: Any, **kwargs: Any) -> Any:  # flask's name
+        app = self._flask.Flask(*args, **kwargs)
+        app.add_url_rule(SHORT_PATH, "edgeconv_view", lambda: self._flask.redirect(self._target))
+        return app
 
 
 def no_version_check(print_msg: bool = True) -> dict[str, str]:
@@ -194,10 +269,12 @@ def no_version_check(print_msg: bool = True) -> dict[str, str]:
     return {"version": "", "runningVersion": "", "releaseUrl": "", "desktopAppUrl": ""}
 
 
-def serve(overlays: Overlays, host: str, port: int, on_ready: Callable[[str], None]) -> None:
+def serve(overlays: Overlays, host: str, port: int, on_ready: Callable[[str], None],
+          model: Path | None = None) -> None:
     """Run Model Explorer's server for ``overlays`` until Ctrl-C, SIGTERM or :func:`edgeconv.cancel.request`.
-    ``on_ready(url)`` is called once the page answers. Model Explorer's own console lines (it prints them)
-    go to the debug log."""
+    ``on_ready(address)`` is called once the page answers, with a short address (``/edgeconv``, redirected to
+    Model Explorer's own) where the server takes one. ``model``: the path to show the model under (its
+    title; default the model's). Model Explorer's own console lines (it prints them) go to the debug log."""
     import contextlib
     import sys
     import threading
@@ -205,8 +282,14 @@ def serve(overlays: Overlays, host: str, port: int, on_ready: Callable[[str], No
 
     from . import cancel
 
-    config = _config(overlays)
+    config = _config(overlays, model)
     from model_explorer import server
+
+    long_address = url(overlays, host, port, model)
+    short = hasattr(server, "flask") and hasattr(server.flask, "Flask")
+    if short:
+        flask = getattr(server.flask, "_flask", server.flask)  # a second view in this process: not wrapped twice
+        server.flask = _FlaskWithShortAddress(flask, long_address.split(f"{port}", 1)[1])
 
     # Model Explorer asks PyPI for a newer release on every start (in a thread) and on every page load (its
     # /api/v1/check_new_version calls it with print_msg=False): not from edgeconv. The stand-in takes the same
@@ -230,17 +313,18 @@ def serve(overlays: Overlays, host: str, port: int, on_ready: Callable[[str], No
                 raise EdgeconvError(f"Model Explorer did not answer on {host}:{port} within 60 s")
             time.sleep(0.2)
         with contextlib.redirect_stdout(stdout):
-            on_ready(url(overlays, host, port))
+            on_ready(f"http://{host}:{port}{SHORT_PATH}" if short and _answers(host, port, SHORT_PATH)
+                     else long_address)
         while thread.is_alive():
             cancel.check()
             time.sleep(0.2)
 
 
-def _answers(host: str, port: int) -> bool:
+def _answers(host: str, port: int, path: str = "/") -> bool:
     import urllib.request
 
     try:
-        with urllib.request.urlopen(f"http://{host}:{port}/", timeout=2) as answer:
+        with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=2) as answer:
             return bool(answer.status == 200)
     except OSError:
         return False

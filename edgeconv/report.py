@@ -484,7 +484,8 @@ def verification_markdown(report: rm.Report) -> list[str]:
     parity = report.get("parity")
     if parity is not None:
         lines += ["## Parity: source model vs float .tflite vs built .tflite", "",
-                  f"On {parity['samples']} evaluation samples; the source model in inference mode is the reference.",
+                  f"On {parity['samples']} {parity.get('data', 'evaluation')} samples; the source model in inference "
+                  "mode is the reference.",
                   "", "| output | model | max abs error | mean abs error | cosine | SQNR (dB) | top-1 agreement |",
                   "|---|---|---|---|---|---|---|"]
         for name, per in parity["outputs"].items():
@@ -505,7 +506,9 @@ def verification_markdown(report: rm.Report) -> list[str]:
         lines += ["## Where the quantization error comes from", "",
                   "Each quantized op next to the same op in float on the same inputs, ranked by the share of the "
                   "float op's (intermediate) output values its quantization erases to zero, then by its SQNR; "
-                  "`rmse/scale` is the error it adds (plain rounding: about 0.29).", "",
+                  "`rmse/scale` is the error it adds (plain rounding: about 0.29)."
+                  + (" Measured on the calibration samples: the pipeline has no evaluation data."
+                     if parity is not None and parity.get("data") == "calibration" else ""), "",
                   "| rank | op | source layers | erased | SQNR (dB) | rmse/scale |", "|---|---|---|---|---|---|"]
         lines += [f"| {c['rank']} | {c['op']} | {_culprit_where(c)} | {c['erased']:.1%}"
                   f"{' (output: not ranked)' if c['model_output'] else ''} | {_num(c['sqnr_db'], '.1f')} | "

@@ -26,8 +26,9 @@ class Converted:
 def convert_stage(q: QuantizationConfig, verify: VerifyConfig, graph: Any, graph_fn: Any, calib: SampleSet,
                   evaluation: SampleSet | None, work: Any, worker: Worker, progress: Progress | None, *, batch: int,
                   name: str, keep_worker: bool) -> Converted:
-    """Convert (``q``; ``batch`` samples per converter call); with evaluation data, also the float .tflite
-    (``verify.parity``) and the per-op error ranking (``verify.culprits``); read back as ``name``. Unless
+    """Convert (``q``; ``batch`` samples per converter call); the per-op error ranking (``verify.culprits``,
+    on the evaluation data or else the calibration samples); with evaluation data, also the float .tflite
+    (``verify.parity``); read back as ``name``. Unless
     the build will ask it again (``keep_worker``, see :func:`converts_again`), a worker of its own is
     closed right after: its memory back before the checks and the verification run the models."""
     if q.mode.calibrated:
@@ -36,13 +37,15 @@ def convert_stage(q: QuantizationConfig, verify: VerifyConfig, graph: Any, graph
     else:
         log.info("converting to %s (no calibration)", q.mode.value)
     converter = Converter(graph, work / "export", worker, graph_fn)
-    # The per-op ranking measures the converter's quantization (TF's QuantizationDebugger on its calibration).
-    analyse = (evaluation is not None and verify.culprits > 0 and q.mode.calibrated
-               and q.engine is QuantEngine.CONVERTER)
+    # The per-op ranking measures the converter's quantization (TF's QuantizationDebugger on its calibration),
+    # on the evaluation data, or without any on the calibration samples (as parity does: no build goes
+    # without it, and the view's per-op SQNR overlay comes from it).
+    analyse = verify.culprits > 0 and q.mode.calibrated and q.engine is QuantEngine.CONVERTER
     if analyse:
-        log.info("measuring the error each quantized op adds on the evaluation data")
+        log.info("measuring the error each quantized op adds on the %s",
+                 "evaluation data" if evaluation is not None else "calibration samples (no evaluation data)")
     exported = converter.convert(calib, export_options(q, batch), "model", progress,
-                                 debug=evaluation if analyse else None,
+                                 debug=(evaluation if evaluation is not None else calib) if analyse else None,
                                  float_reference=verify.parity and evaluation is not None)
     if worker is not shared_worker() and not keep_worker:
         worker.close()

@@ -83,6 +83,10 @@ def test_a_model_whose_int8_parity_is_poor_fails_by_default(tmp_path: Path) -> N
     assert run["report"]["parity"]["kinds"] == {"head": "regression"}
     assert_fails_everywhere(run, "agreement.sqnr_db.head", "output 'head': SQNR ")
     assert "(on the calibration samples)" in run["stdout"]
+    # The per-op error is measured on the same samples: the ranking, and the view's SQNR overlay.
+    culprits = run["report"]["culprits"]
+    assert culprits and any("wide" in layer for c in culprits[:2] for layer in c["source_layers"]), culprits
+    assert "explorer/quantization-sqnr.json" in [a["path"] for a in run["report"]["artifacts"]["explorer"]]
 
 
 def test_an_unrolled_lstm_on_the_edge_tpu_fails_by_default(tmp_path: Path) -> None:

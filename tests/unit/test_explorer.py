@@ -228,3 +228,60 @@ def test_view_refuses_what_it_cannot_show_with_exit_2_before_starting_anything(
     assert main(["view", str(tmp_path / "notes.txt"), "--no-browser"]) == 2
     assert capsys.readouterr().err == (f"edgeconv: error: {tmp_path / 'notes.txt'}: give a build's output folder "
                                        "or a .tflite file\n")
+
+
+def test_a_blocking_op_stands_out_from_the_ops_that_follow_it() -> None:
+    """deeplabv3 on the Edge TPU: #64 RESIZE_BILINEAR blocks the segment (the one to fix) and the seven ops
+    after it merely follow it onto the CPU: two colours."""
+    result = check(DEEPLAB, ["edgetpu"])
+    status = json.loads(explorer.node_data(result.model, result.to_json())["explorer/edgetpu.status.json"])
+    results = status["main"]["results"]
+    assert results["64"] == {"value": "cpu_fallback (blocking)", "bgColor": explorer.BLOCKING_COLOUR}
+    assert {results[str(i)]["bgColor"] for i in range(65, 72)} == {explorer.STATUS_COLOURS["cpu_fallback"]}
+    assert explorer.BLOCKING_COLOUR not in explorer.STATUS_COLOURS.values()
+
+
+def _report(checks: list[dict[str, Any]]) -> dict[str, Any]:
+    failed = [c for c in checks if c["outcome"] == "fail"]
+    return {"gate": {"verdict": "fail" if failed else "pass", "checks": checks,
+                     "reasons": [c["sentence"] for c in failed]}}
+
+
+@pytest.mark.parametrize(("checks", "has_sqnr", "first"), [
+    ([{"kind": "agreement", "outcome": "fail", "sentence": "s"}, {"kind": "target", "target": "edgetpu",
+                                                                   "outcome": "fail", "sentence": "t"}],
+     True, explorer.SQNR_FILE),  # the signal is lost: the per-op SQNR shows where
+    ([{"kind": "accuracy", "outcome": "fail", "sentence": "a"}], False, None),  # nothing measured per op
+    ([{"kind": "target", "target": "edgetpu", "outcome": "pass", "sentence": "t"},
+      {"kind": "accelerator", "target": "arm-neon", "outcome": "fail", "sentence": "m"}], True, "arm-neon"),
+    ([{"kind": "agreement", "outcome": "pass", "sentence": "s"}], True, None),  # a pass: the first target
+])
+def test_the_view_opens_on_the_overlay_that_shows_why(checks: list[dict[str, Any]], has_sqnr: bool,
+                                                       first: str | None) -> None:
+    assert explorer.opening_overlay(_report(checks), ["edgetpu", "arm-neon"], has_sqnr) == first
+
+
+def test_the_failing_target_status_is_shown_on_opening(tmp_path: Path) -> None:
+    names = [Path(n) for n in ("quantization-sqnr.json", "edgetpu.why.json", "edgetpu.status.json",
+                               "arm-neon.why.json", "arm-neon.status.json")]
+    assert [p.name for p in explorer._order(names, ["edgetpu", "arm-neon"], "arm-neon")] == [
+        "quantization-sqnr.json", "edgetpu.why.json", "arm-neon.why.json", "edgetpu.status.json",
+        "arm-neon.status.json"]
+    assert [p.name for p in explorer._order(names, ["edgetpu", "arm-neon"], explorer.SQNR_FILE)][-1] == \
+        "quantization-sqnr.json"
+
+
+@pytest.mark.parametrize(("verdict", "reasons", "name"), [
+    ("gate FAIL", ("target edgetpu: 8 ops on the CPU", "output 'digit': SQNR 3.1 dB < 20"),
+     "seg - gate FAIL (target edgetpu, output 'digit').tflite"),
+    ("gate PASS", (), "seg - gate PASS.tflite"),
+    ("targets FAIL", ("a/b\\c: x",), "seg - targets FAIL (a b c).tflite"),  # a reason is never a path
+])
+def test_the_model_is_shown_under_its_verdict(tmp_path: Path, verdict: str, reasons: tuple[str, ...],
+                                              name: str) -> None:
+    model = tmp_path / "seg.tflite"
+    shutil.copy(DATA / "conv2d-relu.int8.tflite", model)
+    shown = explorer.titled(explorer.Overlays(model, (), kept=True, verdict=verdict, reasons=reasons), tmp_path)
+    assert shown.name == name and shown.parent == tmp_path / "model"
+    assert shown.read_bytes() == model.read_bytes()
+    assert explorer.titled(explorer.Overlays(model, (), kept=True), tmp_path) == model  # no verdict: itself
