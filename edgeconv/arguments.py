@@ -105,6 +105,18 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--out", type=Path, required=True, metavar="DIR",
                    help="folder for tensors.npz, trace.json and trace.md (replaced whole)")
 
+    c = sub.add_parser("cache", help="what the build cache holds, and removing the entries no build used lately")
+    csub = c.add_subparsers(dest="action", required=True)
+    for action, text in (("stats", "how many entries the cache holds, their size and their oldest and newest use"),
+                         ("prune", "remove the entries not stored or served for a while (and what writers that "
+                                   "died left)")):
+        a = csub.add_parser(action, parents=[common], help=text)
+        a.add_argument("--cache-dir", type=Path, metavar="DIR",
+                       help="build cache folder (default: $EDGECONV_CACHE_DIR, else ~/.cache/edgeconv)")
+        if action == "prune":
+            a.add_argument("--older-than", required=True, metavar="AGE",
+                           help="remove the entries not used for this long: 30d, 12h, 90m, 45s")
+
     s = command("schema", help="print the JSON Schema of the pipeline file or the report")
     s.add_argument("which", choices=("pipeline", "report"))
     return top

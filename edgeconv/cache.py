@@ -14,12 +14,16 @@ whatever the function returns today) and custom modules that are not files next 
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +143,8 @@ class BuildCache:
             log.warning("cache: entry %s is corrupt (%s changed since it was stored); building", key[:12],
                         ", ".join(bad))
             return None
+        with contextlib.suppress(OSError):  # its last use, for `edgeconv cache prune` (best effort)
+            os.utime(entry / "entry.json")
         return files
 
     def store(self, key: str, out_dir: Path) -> None:
@@ -193,3 +199,91 @@ def _inside(name: object) -> bool:
     if not isinstance(name, str) or not name or name.startswith("/") or "\\" in name:
         return False
     return all(part not in ("", ".", "..") for part in name.split("/"))
+
+
+# -- what the cache holds, and pruning it ------------------------------------------------------------
+
+_KEY = re.compile(r"[0-9a-f]{64}")
+STAGING_AGE_S = 24 * 3600.0  # a staging folder this old is a writer that died (a store takes seconds)
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    key: str
+    path: Path
+    bytes: int
+    last_used: float  # when it was stored or last served (entry.json's modification time)
+
+
+def entries(root: Path) -> list[Entry]:
+    """Every entry under ``root`` (``<key[:2]>/<key>/entry.json``), oldest use first; nothing else there
+    (no link followed, no other name taken for an entry)."""
+    found = []
+    for shard in sorted(root.iterdir()) if root.is_dir() and not root.is_symlink() else []:
+        if len(shard.name) != 2 or shard.is_symlink() or not shard.is_dir():
+            continue
+        for entry in sorted(shard.iterdir()):
+            meta = entry / "entry.json"
+            if not (_KEY.fullmatch(entry.name) and entry.name[:2] == shard.name) or entry.is_symlink():
+                continue
+            try:
+                used = meta.lstat().st_mtime
+                size = sum(f.lstat().st_size for f in entry.rglob("*") if f.is_file() and not f.is_symlink())
+            except OSError:
+                continue
+            found.append(Entry(entry.name, entry, size, used))
+    return sorted(found, key=lambda e: (e.last_used, e.key))
+
+
+@dataclasses.dataclass(frozen=True)
+class Pruned:
+    removed: int
+    removed_bytes: int
+    kept: int
+    kept_bytes: int
+    staging: int  # folders of writers that died, removed
+
+
+def prune(root: Path, older_than_s: float, now: float | None = None) -> Pruned:
+    """Remove the entries not stored or served for ``older_than_s`` seconds, and staging folders a dead
+    writer left (older than a day). A cache folder another user owns or others can write is refused
+    (``EDGECONV_CACHE_SHARED=1`` accepts it, as for reading)."""
+    from .errors import EdgeconvError
+
+    now = time.time() if now is None else now
+    cache = BuildCache(root)
+    why = cache.usable()
+    if why is not None:
+        raise EdgeconvError(f"cache {root}: not pruned: {why} (EDGECONV_CACHE_SHARED=1 trusts a shared folder)")
+    removed = removed_bytes = kept = kept_bytes = 0
+    for entry in entries(root):
+        if now - entry.last_used > older_than_s:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed, removed_bytes = removed + 1, removed_bytes + entry.bytes
+        else:
+            kept, kept_bytes = kept + 1, kept_bytes + entry.bytes
+    staging = 0
+    for folder in root.glob("??/.*-*") if root.is_dir() else []:
+        try:
+            old = now - folder.lstat().st_mtime > STAGING_AGE_S
+        except OSError:
+            continue
+        if old and folder.is_dir() and not folder.is_symlink():
+            shutil.rmtree(folder, ignore_errors=True)
+            staging += 1
+    return Pruned(removed, removed_bytes, kept, kept_bytes, staging)
+
+
+_AGE = re.compile(r"(\d{1,6})([smhd])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_age(text: str) -> float:
+    """``30d``, ``12h``, ``90m``, ``45s``: seconds."""
+    from .errors import EdgeconvError
+
+    found = _AGE.fullmatch(text.strip())
+    if found is None:
+        raise EdgeconvError(f"--older-than: expected a number and a unit (30d, 12h, 90m, 45s), got {text!r}")
+    return float(int(found[1]) * _UNIT_S[found[2]])
+

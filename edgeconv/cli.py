@@ -136,6 +136,8 @@ def _main(args: argparse.Namespace) -> int:
             return EXIT_OK
         if args.command == "schema":
             return _schema(args.which)
+        if args.command == "cache":
+            return _cache(args)
         if args.command == "view":
             return _view(args)
         if args.command == "reference":
@@ -439,6 +441,42 @@ def _reference(args: argparse.Namespace) -> int:
         print(f"{rel(args.model)}: {len(computed.steps)} ops computed by hand; every tensor in "
               f"{rel(out / 'tensors.npz')}, each op's arithmetic in {rel(out / 'trace.md')} and trace.json")
     return EXIT_OK
+
+
+def _cache(args: argparse.Namespace) -> int:
+    """``edgeconv cache stats`` / ``prune --older-than AGE``: the build cache, without TensorFlow."""
+    import time
+
+    from .cache import default_dir, entries, parse_age, prune
+
+    root = args.cache_dir or default_dir()
+    if args.action == "prune":
+        age = parse_age(args.older_than)
+        done = prune(root, age)
+        print(f"cache {rel(root)}: removed {done.removed} entr{'y' if done.removed == 1 else 'ies'} not used for "
+              f"{args.older_than} ({_mib(done.removed_bytes)}); kept {done.kept} ({_mib(done.kept_bytes)})"
+              + (f"; removed {done.staging} folder(s) a writer left half-written" if done.staging else ""))
+        return EXIT_OK
+    held = entries(root)
+    if not held:
+        print(f"cache {rel(root)}: empty")
+        return EXIT_OK
+    now = time.time()
+    print(f"cache {rel(root)}: {len(held)} entr{'y' if len(held) == 1 else 'ies'}, "
+          f"{_mib(sum(e.bytes for e in held))}; last used {_ago(now - held[-1].last_used)} (newest) to "
+          f"{_ago(now - held[0].last_used)} (oldest)")
+    return EXIT_OK
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):,.1f} MiB"
+
+
+def _ago(seconds: float) -> str:
+    for unit, length in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= length:
+            return f"{seconds / length:.0f}{unit} ago"
+    return "just now"
 
 
 def _schema(which: str) -> int:
