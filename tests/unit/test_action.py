@@ -284,3 +284,48 @@ def test_a_hostile_pipelines_input_is_only_hashed_into_the_build_cache_key(tmp_p
     (line,) = output.read_text().splitlines()
     assert re.fullmatch(r"key=edgeconv-build-Linux-3\.11-[0-9a-f]{16}", line), line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+# -- a pull request from a fork: a read-only token ----------------------------------------------------------
+
+def _evaluate(condition: str, context: dict[str, str], failed: bool) -> bool:
+    """The `if:` expressions the example workflow uses: `always()`, `success()` by default, and `&&` of
+    comparisons of context values and string literals (GitHub's expression syntax, the part used here)."""
+    if not condition.strip():
+        return not failed  # success(), GitHub's default
+    result = True
+    has_status = False
+    for term in (t.strip() for t in condition.split("&&")):
+        if term == "always()":
+            has_status = True
+            continue
+        found = re.fullmatch(r"(\S+) (==|!=) (\S+)", term)
+        assert found, f"an expression this evaluator does not know: {term}"
+
+        def value(token: str) -> str:
+            return token[1:-1] if token.startswith("'") else context[token]
+
+        same = value(found[1]) == value(found[3])
+        result = result and (same if found[2] == "==" else not same)
+    return result and (has_status or not failed)
+
+
+@pytest.mark.parametrize(("fork", "failed"), [(True, True), (True, False), (False, True), (False, False)])
+def test_a_fork_pull_request_gets_a_notice_instead_of_the_comment_and_the_check_run(tmp_path: Path, fork: bool,
+                                                                                     failed: bool) -> None:
+    """As GitHub runs the example workflow for a pull request from a fork (a read-only token: a comment or a
+    check run would fail the job) and from the repository itself, when the build failed and when it passed."""
+    context = {"github.repository": "acme/models",
+               "github.event.pull_request.head.repo.full_name": "stranger/models" if fork else "acme/models",
+               "steps.edgeconv.outputs.summary": "/tmp/edgeconv/summary.md",
+               "steps.edgeconv.outputs.junit": "/tmp/edgeconv/junit.xml"}
+    steps = WORKFLOW["jobs"]["build"]["steps"]
+    after = steps[next(i for i, s in enumerate(steps) if s.get("id") == "edgeconv") + 1:]
+    ran = {s["name"] for s in after if _evaluate(s.get("if", ""), context, failed)}
+    writes = {"Comment on the pull request", "Test report"}  # the steps that need a token that can write
+    assert ("Pull request from a fork" in ran) is fork
+    assert (writes & ran) == (set() if fork else writes)
+    assert "Upload the build" in ran  # the artifacts either way
+    notice = next(s for s in after if s["name"] == "Pull request from a fork")
+    done = subprocess.run(["bash", "-c", notice["run"]], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith("::notice title=edgeconv::a pull request from a fork")
