@@ -142,6 +142,7 @@ def test_view_shows_the_verdict_on_the_graph_in_a_real_browser(built: Path, tmp_
         code, err = viewer.stop(signal.SIGINT)
     assert (code, err.strip().splitlines()[-1]) == (0, "edgeconv: Model Explorer stopped")
     assert "Traceback" not in err and "Internal Server Error" not in err, err
+    assert "oneDNN" not in err and "tensorflow" not in err.lower(), err  # TensorFlow's log lines stay out
 
 
 def test_viewing_a_tflite_checks_it_now_and_removes_its_overlays_when_stopped(built: Path) -> None:
