@@ -17,6 +17,7 @@ import numpy as np
 
 from ..converters.tflite_reader import OpInfo, TensorInfo, TFLiteModel
 from .fixedpoint import (
+    INT32_MAX,
     activation_range,
     multiply_by_quantized_multiplier,
     multiply_by_quantized_multiplier_single_rounding,
@@ -453,6 +454,87 @@ def tanh(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     return _sigmoid_like(op, inputs, "tanh", 7, -128)
 
 
+def leaky_relu(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """``reference_ops::QuantizeLeakyRelu``: ``x = in - input_zp``; ``out = output_zp + MBQM(x, M, s)`` with
+    ``M, s`` for ``input_scale / output_scale`` when ``x >= 0``, for ``input_scale * alpha / output_scale``
+    below (both computed in float32, as the kernel's Prepare does), clamped to the type's range."""
+    x, src, out = _given(inputs, 0), op.inputs[0], op.outputs[0]
+    assert src is not None
+    if src.dtype.value not in ("int8", "uint8", "int16") or out.dtype.value != src.dtype.value:
+        raise Unsupported(f"LEAKY_RELU of {src.dtype.value} to {out.dtype.value}")
+    in_scale, out_scale = np.float32(scale_of(src)), np.float32(scale_of(out))
+    alpha = np.float32(op.options.get("alpha", 0.2))
+    identity_m, identity_s = quantize_multiplier(float(np.float32(in_scale / out_scale)))
+    alpha_m, alpha_s = quantize_multiplier(float(np.float32(np.float32(in_scale * alpha) / out_scale)))
+    value = x.astype(np.int64) - zero_point_of(src)
+    scaled = np.where(value >= 0, multiply_by_quantized_multiplier(value, identity_m, identity_s),
+                      multiply_by_quantized_multiplier(value, alpha_m, alpha_s)) + zero_point_of(out)
+    low, high = LIMITS[out.dtype.value]
+    result, clipped = _clamp(scaled, low, high, out.dtype.value)
+    return [result], {"identity_multiplier": [identity_m, identity_s], "alpha_multiplier": [alpha_m, alpha_s],
+                      "clamped": clipped}
+
+
+def _srdhm16(a: np.ndarray, b: int) -> np.ndarray:
+    """gemmlowp ``SaturatingRoundingDoublingHighMul`` on int16: the high 16 bits of ``2 * a * b``, rounded to
+    nearest (a nudge of 2^14, or 1 - 2^14 for a negative product, then C division by 2^15)."""
+    ab = a.astype(np.int64) * b
+    high = trunc_div(ab + np.where(ab >= 0, 1 << 14, 1 - (1 << 14)), 1 << 15)
+    return np.where((a == -32768) & (b == -32768), 32767, high)
+
+
+def _sdhm16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``SaturatingDoublingHighMul`` (int16): as :func:`_srdhm16` but truncating towards zero (the reference
+    kernel uses it to cancel the bias of the rounding multiplies before it)."""
+    high = trunc_div(a.astype(np.int64) * b.astype(np.int64), 1 << 15)
+    return np.where((a == -32768) & (b == -32768), 32767, high)
+
+
+def _left_shift16(x: np.ndarray, amount: int) -> np.ndarray:
+    """``SaturatingLeftShift`` (int16): ``x * 2^amount`` clamped to the int16 range."""
+    return np.clip(x.astype(np.int64) * (1 << amount), -32768, 32767)
+
+
+def _int16_multiplier(real: float) -> tuple[int, int]:
+    """``QuantizeMultiplier`` then ``DownScaleInt32ToInt16Multiplier``: a Q0.15 multiplier and its exponent."""
+    m32, exponent = quantize_multiplier(real)
+    m16 = 32767 if m32 >= INT32_MAX - (1 << 15) else (m32 + (1 << 15)) >> 16
+    return m16, exponent
+
+
+def hard_swish(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """``reference_ops::HardSwish`` for 8-bit tensors, ``out = x * relu6(x + 3) / 6`` in 16-bit fixed point:
+    the input offset and shifted left 7 bits (``hires_input_scale = input_scale / 128``); on the output scale
+    by ``output_multiplier = hires_input_scale / output_scale`` (Q0.15, exponent <= 0); the "reluish" factor
+    ``relu6(x + 3) / 6`` as ``x`` on the scale where 3.0 is 32768 (``reluish_multiplier = hires_input_scale /
+    (3 / 32768)``, saturating shifts), mapped from [-1, 1] to [0, 1]; their truncating doubling high product,
+    the output exponent's rounding shift, plus the output zero point, clamped. The multipliers are computed
+    in float32, as the kernel's Prepare does."""
+    x, src, out = _given(inputs, 0), op.inputs[0], op.outputs[0]
+    assert src is not None
+    if src.dtype.value not in ("int8", "uint8") or out.dtype.value != src.dtype.value:
+        raise Unsupported(f"HARD_SWISH of {src.dtype.value} to {out.dtype.value}")
+    hires = np.float32(1.0 / 128.0) * np.float32(scale_of(src))
+    out_m, out_e = _int16_multiplier(float(np.float32(hires / np.float32(scale_of(out)))))
+    if out_e > 0:
+        raise Unsupported("HARD_SWISH whose output scale is under input_scale / 128 (the kernel refuses it)")
+    relu_m, relu_e = _int16_multiplier(float(np.float32(hires / (np.float32(3.0) / np.float32(32768.0)))))
+    value = (x.astype(np.int64) - zero_point_of(src)) * (1 << 7)  # int16: at most 255 * 128
+    on_output_scale = _srdhm16(value, out_m)
+    reluish = _left_shift16(value, relu_e - 1) if relu_e > 0 else value
+    reluish = _srdhm16(reluish, relu_m)
+    if relu_e > 0:
+        reluish = _left_shift16(reluish, 1)
+    if relu_e < 0:
+        reluish = rounding_divide_by_pot(reluish, -relu_e)
+    reluish = (reluish + (1 << 15)) >> 1  # [-1, 1] -> [0, 1]
+    scaled = rounding_divide_by_pot(_sdhm16(reluish, on_output_scale), -out_e) + zero_point_of(out)
+    low, high = LIMITS[out.dtype.value]
+    result, clipped = _clamp(scaled, low, high, out.dtype.value)
+    return [result], {"output_multiplier_int16": [out_m, out_e], "reluish_multiplier_int16": [relu_m, relu_e],
+                      "clamped": clipped}
+
+
 # -- data movement: the values move, their quantization stays (the kernels require it) -------------------
 
 def _given(inputs: Arrays, k: int) -> np.ndarray:
@@ -668,6 +750,8 @@ OPS: dict[str, Callable[[OpInfo, TFLiteModel, Arrays], Result]] = {
     "SOFTMAX": softmax,
     "LOGISTIC": logistic,
     "TANH": tanh,
+    "HARD_SWISH": hard_swish,
+    "LEAKY_RELU": leaky_relu,
     "TRANSPOSE": transpose,
     "STRIDED_SLICE": strided_slice,
     "SLICE": slice_,

@@ -224,6 +224,8 @@ def test_silent_killers_fail_the_build_by_default(tmp_path: Path, capsys: pytest
         assert re.fullmatch(r"\d+ more intermediate tensor\(s\) clip on the evaluation data .*", clipped[3]["message"])
     accuracy = int8_accuracy(result.tflite_path)
     assert accuracy < FLOAT_ACCURACY - 0.1, accuracy  # the findings are about a real accuracy collapse
+    if name != "narrow_noise":
+        return  # the gates below do not depend on the data: shown on the case with every kind of finding
     # Turning the default gates off is possible, and said; the mild findings can be made to fail too.
     pipeline.write_text(pipeline.read_text() + "gates: {disable: [calibration, accuracy, agreement]}\n")
     assert main(["build", str(pipeline), "-q"]) == 0

@@ -42,14 +42,21 @@ def tf1_fixture(out: Path, *args: str) -> Path:
 
 @pytest.fixture(scope="module")
 def tf1(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The TF1 graphs, written by two processes at once (one per control flow version: each graph is built
+    as alone; one TensorFlow import per process instead of one per graph)."""
     folder = tmp_path_factory.mktemp("tf1")
-    return {
-        "v1": tf1_fixture(folder / "v1.pb", "--control-flow", "v1"),
-        "v2": tf1_fixture(folder / "v2.pb", "--control-flow", "v2"),
-        "keep_prob": tf1_fixture(folder / "keep_prob.pb", "--switch", "keep_prob"),
-        "learning_phase": tf1_fixture(folder / "learning_phase.pb", "--switch", "learning_phase"),
-        "savedmodel": tf1_fixture(folder / "tf1_savedmodel", "--saved-model"),
-    }
+    graphs = {"v1": folder / "v1.pb", "v2": folder / "v2.pb", "keep_prob": folder / "keep_prob.pb",
+              "learning_phase": folder / "learning_phase.pb", "savedmodel": folder / "tf1_savedmodel"}
+    v1 = [str(graphs["v1"]), "--control-flow", "v1", "--", str(graphs["keep_prob"]), "--switch", "keep_prob", "--",
+          str(graphs["learning_phase"]), "--switch", "learning_phase", "--", str(graphs["savedmodel"]),
+          "--saved-model"]
+    running = [subprocess.Popen([sys.executable, "-m", "tests.fixtures.tf1_graph", *args], cwd=REPO,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+               for args in (v1, [str(graphs["v2"]), "--control-flow", "v2"])]
+    for proc in running:
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err.decode(errors="replace")[-3000:]
+    return graphs
 
 
 def images(samples: int, seed: int = 0) -> np.ndarray:

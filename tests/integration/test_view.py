@@ -57,7 +57,12 @@ class Viewer:
 
     def stop(self, sig: int) -> tuple[int, str]:
         self.proc.send_signal(sig)
-        _, err = self.proc.communicate(timeout=120)  # a loaded CI machine took over 30 s once
+        try:
+            _, err = self.proc.communicate(timeout=120)  # a loaded CI machine took over 30 s once
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # never left running after the test
+            self.proc.communicate()
+            raise
         return self.proc.returncode, err
 
 
