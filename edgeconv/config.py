@@ -263,8 +263,9 @@ class VerifyConfig:
         "compared on with edgeconv's reference (the INT8 arithmetic by hand), op by op; 0: not measured (the "
         "reference runs in NumPy: about 0.2 s a sample on MobileNetV2).", default=0, minimum=0)
     culprits: int = setting("How many of the ops that add the most quantization error the report lists (0: no "
-                            "per-op analysis: it runs TF's QuantizationDebugger on the evaluation data, a large "
-                            "part of the build time on big models).", default=5, minimum=0)
+                            "per-op analysis: it runs TF's QuantizationDebugger on the evaluation data, or without "
+                            "any on the calibration samples, a large part of the build time on big models).",
+                            default=5, minimum=0)
     outputs: Mapping[str, str] = setting(
         "Kind of each model output: classification (top-1 agreement and accuracy are measured), binary (one "
         "sigmoid unit: the decision at 0.5 is its top-1, and 0/1 labels score it), multilabel (independent "
