@@ -128,3 +128,31 @@ def tanh(a: np.ndarray, integer_bits: int) -> np.ndarray:
     n = np.where(negative, a, -a)  # -|a|
     t = one_minus_x_over_one_plus_x_for_x_in_0_1(exp_on_negative_values(n, integer_bits + 1))
     return np.where(a == 0, 0, np.where(negative, -t, t))
+
+
+def inv_sqrt_quantized_multiplier(x: np.ndarray, reverse_shift: int) -> tuple[np.ndarray, np.ndarray]:
+    """``GetInvSqrtQuantizedMultiplierExp``: 1 / sqrt(x) of each x >= 0 (an int32 sum of squares) as a Q0.31
+    multiplier and a shift (times ``reverse_shift``): x brought into [2^27, 2^29) by shifts of two bits, five
+    Newton-Raphson steps ``y = 1.5 y - (x / 2) y^3`` in Q3.28 from y = 1, times sqrt(2) / 2; x <= 1 gives
+    INT32_MAX and 0."""
+    small = np.asarray(x, np.int64) <= 1
+    value = np.where(small, 4, np.asarray(x, np.int64))
+    shift = np.full(value.shape, 11, np.int64)
+    while (big := value >= (1 << 29)).any():
+        value = np.where(big, value // 4, value)
+        shift += big
+    pairs = (count_leading_zeros(value) - 1) // 2 - 1
+    shift -= pairs
+    value = value << (2 * pairs)
+    half_input = rounding_divide_by_pot(value >> 1, 1)  # SaturatingRoundingMultiplyByPOT<-1>, Q3.28
+    half_three = (1 << 28) + (1 << 27)  # 1.5 in Q3.28
+    y = np.full(value.shape, 1 << 28, np.int64)  # F3::One()
+    for _ in range(5):
+        y3 = rescale(srdhm(srdhm(y, y), y), 9, 3)
+        y = rescale(_wrap(srdhm(half_three, y) - srdhm(half_input, y3)), 6, 3)
+    y = srdhm(y, 1518500250)  # times sqrt(2) / 2 in Q0.31: Q3.28 still
+    negative = shift < 0
+    y = np.where(negative, _wrap(y << np.where(negative, -shift, 0)), y)
+    shift = np.where(negative, 0, shift) * reverse_shift
+    return np.where(small, INT32_MAX, y), np.where(small, 0, shift)
+

@@ -475,6 +475,24 @@ def leaky_relu(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
                       "clamped": clipped}
 
 
+def l2_normalization(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """``reference_integer_ops::L2Normalization`` (int8, output scale 1/128, zero point 0): per row of the last
+    axis, ``acc = sum((in - zp)^2)``; ``1 / sqrt(acc)`` as a fixed-point multiplier and shift
+    (``GetInvSqrtQuantizedMultiplierExp``); ``out = MBQM(in - zp, M, shift + 7)`` clamped to int8."""
+    from . import gemmlowp as g
+
+    x, src, out = _given(inputs, 0), op.inputs[0], op.outputs[0]
+    assert src is not None
+    if src.dtype.value != "int8" or out.dtype.value != "int8":
+        raise Unsupported(f"L2_NORMALIZATION of {src.dtype.value} to {out.dtype.value}")
+    rows = x.reshape(-1, x.shape[-1]).astype(np.int64) - zero_point_of(src)
+    acc = (rows * rows).sum(axis=1, keepdims=True)
+    multiplier, shift = g.inv_sqrt_quantized_multiplier(acc, -1)
+    scaled = multiply_by_quantized_multiplier(rows, multiplier, shift + 7)
+    result, clipped = _clamp(scaled, -128, 127, "int8")
+    return [result.reshape(x.shape)], {"sum_of_squares": [int(acc.min()), int(acc.max())], "clamped": clipped}
+
+
 def _srdhm16(a: np.ndarray, b: int) -> np.ndarray:
     """gemmlowp ``SaturatingRoundingDoublingHighMul`` on int16: the high 16 bits of ``2 * a * b``, rounded to
     nearest (a nudge of 2^14, or 1 - 2^14 for a negative product, then C division by 2^15)."""
@@ -752,6 +770,7 @@ OPS: dict[str, Callable[[OpInfo, TFLiteModel, Arrays], Result]] = {
     "TANH": tanh,
     "HARD_SWISH": hard_swish,
     "LEAKY_RELU": leaky_relu,
+    "L2_NORMALIZATION": l2_normalization,
     "TRANSPOSE": transpose,
     "STRIDED_SLICE": strided_slice,
     "SLICE": slice_,
