@@ -47,7 +47,7 @@ def _status(project: Path, pipeline: str, sink: str) -> int:
 
 
 @pytest.mark.parametrize("sink", SINKS)
-@pytest.mark.parametrize(("pipeline", "code"), [("fail.yaml", 1), ("pass.yaml", 0)])
+@pytest.mark.parametrize(("pipeline", "code"), [("fail.yaml", 1), ("pass.yaml", 0), ("pass.yaml fail.yaml", 1)])
 def test_build_exits_with_its_verdict_whatever_the_console(project: Path, pipeline: str, code: int,
                                                            sink: str) -> None:
     assert _status(project, pipeline, sink) == code
