@@ -202,7 +202,8 @@ class PipelineLines:
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         self.console = Console(file=stream, highlight=False)
-        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+        # markup=False: a pipeline's path is the user's (a pull request's) text, never rich markup.
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
                                  console=self.console, transient=True)
         self.tasks: dict[str, Any] = {}
         self.progress.start()
@@ -297,13 +298,14 @@ def print_table(title: str, header: Sequence[str], rows: Iterable[Sequence[str]]
     columns in logs (never wrapped mid-cell: a log has no width); then each section's title and lines."""
     from rich.box import ASCII2, ROUNDED
     from rich.table import Table
+    from rich.text import Text
 
     coloured = colour(stream)
     table = Table(box=ROUNDED if coloured else ASCII2, highlight=False)
     for name in header:
         table.add_column(name, overflow="fold")
-    for row in rows:
-        table.add_row(*(_styled(cell) if coloured else cell for cell in row))
+    for row in rows:  # Text, never markup: a pipeline's path is the user's (a pull request's) text
+        table.add_row(*(_styled(cell) if coloured else Text(cell) for cell in row))
     console = _rich_console(stream) if coloured else _plain_console(stream)
     console.print(_styled(title) if coloured else title, markup=False)
     console.print(table)

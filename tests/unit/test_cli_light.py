@@ -334,3 +334,27 @@ def test_one_exit_code_table() -> None:
     assert ci.EXIT_WORDS is WORDS and WORDS == {0: "pass", 1: "fail", 2: "error", 3: "crash"}
     assert of_gate({"verdict": "pass"}) == 0 and of_gate({"verdict": "fail"}) == 1 and of_gate({}) == 1
     assert verdict.Verdict(()).exit_code == 0
+
+
+@pytest.mark.parametrize("tty", [False, True])
+def test_a_pipeline_path_is_never_rich_markup(monkeypatch: pytest.MonkeyPatch, tty: bool) -> None:
+    """A pull request names its pipeline files: `[/]` or `[red]` in a path is text, on a terminal and in a
+    log, in the table and in the live lines (rich would raise on a closing tag with nothing to close)."""
+    from edgeconv import console
+
+    for name in ("CI", "NO_COLOR", "FORCE_COLOR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    hostile = "models/[/][red]x[bold].yaml"
+    stream = _Stream(tty=tty)
+    console.print_table("edgeconv: FAIL", ("pipeline", "result"), [(hostile, "FAIL")], [("Why", [f"{hostile}: x"])],
+                        stream)
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stream.getvalue())
+    assert f"| {hostile} | FAIL   |" in shown.replace("│", "|") and f"- {hostile}: x" in shown
+    if tty:
+        lines = console.PipelineLines(stream)
+        lines.stage(hostile, "converting", 0, 0)
+        lines.progress.refresh()
+        lines.ended(hostile, [f"{hostile}: FAIL in 1.0 s"])
+        lines.stop()
+        assert f"{hostile}: FAIL in 1.0 s" in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stream.getvalue())
