@@ -110,18 +110,10 @@ class LiveProgress:
         if total:
             self.progress.update(task, completed=done)
 
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
+    def paused(self) -> contextlib.AbstractContextManager[None]:
         """No drawing thread for a while: the build forks its converter worker (a fork copies the locks a
         running thread holds). The running stages stay; their spinners stop for the few milliseconds."""
-        drawing = getattr(self.progress.live, "_refresh_thread", None)
-        self.progress.stop()  # tells the drawing thread to end; it ends at once (an event it waits on)
-        if drawing is not None:
-            drawing.join()
-        try:
-            yield
-        finally:
-            self.progress.start()
+        return _paused(self.progress)
 
     def handler(self) -> logging.Handler:
         return _ConsoleHandler(self.console)
@@ -131,6 +123,19 @@ class LiveProgress:
             self.progress.remove_task(task)
         self.tasks.clear()
         self.progress.stop()
+
+
+@contextlib.contextmanager
+def _paused(progress: Any) -> Iterator[None]:
+    """A rich Progress without its drawing thread while the block runs."""
+    drawing = getattr(progress.live, "_refresh_thread", None)
+    progress.stop()  # tells the drawing thread to end; it ends at once (an event it waits on)
+    if drawing is not None:
+        drawing.join()
+    try:
+        yield
+    finally:
+        progress.start()
 
 
 class _ConsoleHandler(logging.Handler):
@@ -218,17 +223,9 @@ class PipelineLines:
         else:
             self.progress.update(task, description=description)
 
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
+    def paused(self) -> contextlib.AbstractContextManager[None]:
         """No drawing thread while a build in this process forks its converter worker (see LiveProgress)."""
-        drawing = getattr(self.progress.live, "_refresh_thread", None)
-        self.progress.stop()
-        if drawing is not None:
-            drawing.join()
-        try:
-            yield
-        finally:
-            self.progress.start()
+        return _paused(self.progress)
 
     def ended(self, pipeline: str, lines: Iterable[str]) -> None:
         task = self.tasks.pop(pipeline, None)

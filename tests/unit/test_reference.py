@@ -322,6 +322,19 @@ def test_a_runtime_that_stops_on_a_model_stops_its_own_process_and_is_said() -> 
                      [{spec.index: np.zeros(spec.shape, np.float32)}])
 
 
+def _both_ways(path: Path, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A one-input, one-output model's output from the reference and from LiteRT's reference kernels."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    model = read_tflite(path)
+    it = Interpreter(model_path=str(path), experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    got = reference.run(model, {model.main.tensors[model.main.inputs[0]].name: x}).outputs(model)
+    return next(iter(got.values())), it.get_tensor(it.get_output_details()[0]["index"])
+
+
 @pytest.mark.parametrize("op", ["hard_swish", "leaky_relu"])
 @pytest.mark.parametrize(("in_scale", "in_zp", "out_scale", "out_zp"), [
     (0.02, -5, 0.015, -60),  # a narrow input range: the reluish multiplier shifts right
@@ -333,8 +346,6 @@ def test_element_wise_activations_are_bit_exact_at_every_input_and_many_scales(
         tmp_path: Path, op: str, in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> None:
     """Every one of the 256 int8 inputs, with the op model's quantization replaced (the kernels' fixed-point
     paths depend on the scales), against LiteRT's reference kernels."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
     from ..tflite_edit import edit
 
     def requantize(m: Any) -> None:
@@ -348,14 +359,8 @@ def test_element_wise_activations_are_bit_exact_at_every_input_and_many_scales(
 
     path = tmp_path / f"{op}.tflite"
     path.write_bytes(edit((DATA / "ops" / f"{op}.int8.tflite").read_bytes(), requantize))
-    model = read_tflite(path)
     x = np.arange(-128, 128, dtype=np.int8).reshape(1, 256)
-    it = Interpreter(model_path=str(path), experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
-    it.allocate_tensors()
-    it.set_tensor(it.get_input_details()[0]["index"], x)
-    it.invoke()
-    want = it.get_tensor(it.get_output_details()[0]["index"])
-    got = next(iter(reference.run(model, {model.main.tensors[model.main.inputs[0]].name: x}).outputs(model).values()))
+    got, want = _both_ways(path, x)
     assert np.array_equal(got, want), np.flatnonzero(got != want)[:10]
 
 
@@ -365,8 +370,6 @@ def test_l2_normalization_is_bit_exact_on_rows_at_the_edges(tmp_path: Path, zero
     taken as 1), one step off it (1), one element at each end of int8, every element at an end (the largest
     sums: 12,000 x 228^2 is past 2^29, brought back by shifts of two bits), and random rows; against LiteRT's
     reference kernel."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
     from ..tflite_edit import edit
 
     def reshape(m: Any) -> None:
@@ -386,12 +389,5 @@ def test_l2_normalization_is_bit_exact_on_rows_at_the_edges(tmp_path: Path, zero
     rows[3, :] = -128
     rows[4, :] = 127
     rows[5:] = rng.integers(-128, 128, (3, depth))
-    x = rows.astype(np.int8)
-    model = read_tflite(path)
-    it = Interpreter(model_path=str(path), experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
-    it.allocate_tensors()
-    it.set_tensor(it.get_input_details()[0]["index"], x)
-    it.invoke()
-    want = it.get_tensor(it.get_output_details()[0]["index"])
-    got = next(iter(reference.run(model, {model.main.tensors[model.main.inputs[0]].name: x}).outputs(model).values()))
+    got, want = _both_ways(path, rows.astype(np.int8))
     assert np.array_equal(got, want), [(r, np.flatnonzero(got[r] != want[r])[:5]) for r in range(8)]
