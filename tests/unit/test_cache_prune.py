@@ -136,3 +136,20 @@ def test_the_actions_prune_step_never_fails_the_job(tmp_path: Path, edgeconv: st
                                           "INPUT_CACHE_MAX_AGE": "30d"}, cwd=tmp_path)
     assert done.returncode == 0
     assert ("::warning title=edgeconv::the build cache was not pruned" in done.stdout) is warned
+
+
+def test_a_hostile_cache_max_age_runs_nothing_and_fails_no_job(tmp_path: Path) -> None:
+    """The workflow's `cache-max-age` input reaches the prune step as text: a shell expansion in it is not run,
+    and the refused age is a warning, not a failed job."""
+    import sys
+
+    edgeconv = Path(sys.executable).with_name("edgeconv")
+    done = subprocess.run(["bash", str(REPO / "scripts" / "action" / "prune_cache.sh")], capture_output=True,
+                          text=True, cwd=tmp_path,
+                          env={"PATH": os.environ["PATH"], "EDGECONV": str(edgeconv),
+                               "EDGECONV_CACHE_DIR": str(tmp_path / "cache"),
+                               "INPUT_CACHE_MAX_AGE": "$(touch pwned)`touch pwned2`; touch pwned3"})
+    assert done.returncode == 0
+    assert "edgeconv: error: --older-than: expected a number and a unit" in done.stderr
+    assert "::warning title=edgeconv::the build cache was not pruned" in done.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing run, nothing written
