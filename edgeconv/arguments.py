@@ -111,8 +111,9 @@ def parser() -> argparse.ArgumentParser:
                          ("prune", "remove the entries not stored or served for a while (and what writers that "
                                    "died left)")):
         a = csub.add_parser(action, parents=[common], help=text)
-        a.add_argument("--cache-dir", type=Path, metavar="DIR",
-                       help="build cache folder (default: $EDGECONV_CACHE_DIR, else ~/.cache/edgeconv)")
+        a.add_argument("--cache-dir", metavar="DIR|URL",
+                       help="build cache folder, or a remote one (s3://bucket/prefix, gs://...) (default: "
+                            "$EDGECONV_CACHE_DIR, else ~/.cache/edgeconv)")
         if action == "prune":
             a.add_argument("--older-than", required=True, metavar="AGE",
                            help="remove the entries not used for this long: 30d, 12h, 90m, 45s")
@@ -142,8 +143,9 @@ def _build_arguments(b: argparse.ArgumentParser) -> None:
                         "regression gates (gates.max_size_growth, no_new_fallback, ...) can fail the build")
     b.add_argument("--no-cache", action="store_true",
                    help="build even when the cache holds this build (also: EDGECONV_NO_CACHE=1)")
-    b.add_argument("--cache-dir", type=Path, metavar="DIR",
-                   help="build cache folder (default: $EDGECONV_CACHE_DIR, else ~/.cache/edgeconv)")
+    b.add_argument("--cache-dir", metavar="DIR|URL",
+                   help="build cache folder, or a remote one shared by CI jobs (s3://bucket/prefix, gs://...; "
+                        "pip install 'edgeconv[remote-cache]') (default: $EDGECONV_CACHE_DIR, else ~/.cache/edgeconv)")
     b.add_argument("--repair", action="store_true",
                    help="when the agreement or accuracy gates fail, search for the cheapest quantization change "
                         "every target runs that passes them, and build with it (as repair.enabled)")

@@ -43,11 +43,46 @@ _PACKAGE = Path(__file__).resolve().parent
 
 
 def default_dir() -> Path:
-    """``$EDGECONV_CACHE_DIR``, else ``$XDG_CACHE_HOME/edgeconv``, else ``~/.cache/edgeconv``."""
-    if os.environ.get("EDGECONV_CACHE_DIR"):
-        return Path(os.environ["EDGECONV_CACHE_DIR"])
+    """The local cache folder: ``$EDGECONV_CACHE_DIR`` (when it is a folder, not a URL), else
+    ``$XDG_CACHE_HOME/edgeconv``, else ``~/.cache/edgeconv``. With a remote cache it holds the read-through
+    copy (``$EDGECONV_CACHE_LOCAL`` moves it) and crash logs."""
+    where = os.environ.get("EDGECONV_CACHE_DIR", "")
+    if where and not is_url(where):
+        return Path(where.removeprefix("file://"))
+    if os.environ.get("EDGECONV_CACHE_LOCAL"):
+        return Path(os.environ["EDGECONV_CACHE_LOCAL"])
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "edgeconv"
+
+
+def is_url(where: str | Path) -> bool:
+    """A remote cache location (``s3://bucket/prefix``, ``gs://...``: any fsspec protocol but ``file``)."""
+    return isinstance(where, str) and re.match(r"[a-z][a-z0-9+.-]*://", where) is not None \
+        and not where.startswith("file://")
+
+
+def location(where: str | Path | None) -> str | Path:
+    """Where the build cache is: ``--cache-dir`` as given (a folder, ``file://`` folder or a URL), else
+    ``$EDGECONV_CACHE_DIR``, else the local default."""
+    where = where if where not in (None, "") else os.environ.get("EDGECONV_CACHE_DIR") or None
+    if where is None:
+        return default_dir()
+    if isinstance(where, str):
+        if where.startswith("file://"):
+            return Path(where.removeprefix("file://"))
+        return where if is_url(where) else Path(where)
+    return where
+
+
+def open_cache(where: str | Path | None, access: str | None = None) -> BuildCache:
+    """The build cache at ``where`` (see :func:`location`): a local folder, or a remote one read through a
+    local copy (:mod:`edgeconv.cache_remote`; ``access`` as its probe found it, when known)."""
+    found = location(where)
+    if isinstance(found, Path):
+        return BuildCache(found)
+    from .cache_remote import RemoteCache
+
+    return RemoteCache(found, default_dir(), access)
 
 
 def _foreign(path: Path) -> str | None:
@@ -150,6 +185,18 @@ class BuildCache:
     def store(self, key: str, out_dir: Path) -> None:
         """Copy a committed output folder into the cache. Best effort: a cache that cannot be written
         costs the next build time, never this build's result."""
+        if self._entry(key).exists() or self.usable() is not None:
+            return
+        try:
+            files = {p.relative_to(out_dir).as_posix(): p.read_bytes() for p in sorted(out_dir.rglob("*"))
+                     if p.is_file() and p.name != MARKER}
+        except OSError as exc:
+            log.warning("cache: cannot read %s (%s); the build is not cached", out_dir, exc.strerror)
+            return
+        self.store_files(key, files)
+
+    def store_files(self, key: str, files: dict[str, bytes]) -> None:
+        """Write an entry holding ``files`` (name: bytes), staged in a folder renamed into place whole."""
         entry = self._entry(key)
         if entry.exists() or self.usable() is not None:
             return
@@ -157,12 +204,11 @@ class BuildCache:
         try:
             entry.parent.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=entry.parent))
-            names = sorted(p.relative_to(out_dir).as_posix() for p in out_dir.rglob("*")
-                           if p.is_file() and p.name != MARKER)
             (staging / "files").mkdir()
             hashes = {}
-            for name in names:
-                data = (out_dir / name).read_bytes()
+            for name, data in sorted(files.items()):
+                if not _inside(name):
+                    raise OSError(0, f"{name!r} is not a path inside the entry")
                 (staging / "files" / name).parent.mkdir(parents=True, exist_ok=True)
                 (staging / "files" / name).write_bytes(data)
                 hashes[name] = hashlib.sha256(data).hexdigest()

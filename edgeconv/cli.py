@@ -184,7 +184,7 @@ def _build_many(args: argparse.Namespace) -> int:
     """Build one or more pipelines (edgeconv.many); print each result, then (for several) one table; CI
     outputs."""
     from .ci import worst
-    from .many import BuildOptions, expand
+    from .many import BuildOptions, expand, prepare_cache
 
     paths = expand(args.pipelines)
     if args.out is not None and len(paths) > 1:
@@ -196,6 +196,9 @@ def _build_many(args: argparse.Namespace) -> int:
     check_destinations(args.junit, args.summary, args.results_json)
     options = BuildOptions(out=args.out, baseline=args.baseline, no_cache=args.no_cache, cache_dir=args.cache_dir,
                            suggest_keep_float=args.suggest_keep_float, repair=args.repair, verbose=args.verbose)
+    options, note = prepare_cache(options)
+    if note is not None:
+        print(f"edgeconv: {note}", file=sys.stderr)
     if len(paths) == 1:
         outcomes = [_build_single(paths[0], options, quiet=args.quiet)]
     else:
@@ -207,7 +210,7 @@ def _build_many(args: argparse.Namespace) -> int:
 
 def _build_single(path: Path, options: Any, *, quiet: bool) -> Any:
     """One pipeline, with its progress on stderr (not with -q), its errors and its result."""
-    from .cache import default_dir
+    from .cache import location
     from .console import make_display
     from .many import build_one
 
@@ -221,7 +224,7 @@ def _build_single(path: Path, options: Any, *, quiet: bool) -> Any:
         from .report import console_lines
 
         cached = ([f"cache: unchanged since the cached build; artifacts and report from "
-                   f"{rel(options.cache_dir or default_dir())}"] if result.cached else [])
+                   f"{_where(location(options.cache_dir))}"] if result.cached else [])
         served_in = outcome.seconds if result.cached else None
         print_lines([*cached, *console_lines(result.report, served_in),
                      f"model {rel(result.tflite_path)}, report {rel(result.output_dir / 'report.md')}"], sys.stdout)
@@ -444,28 +447,48 @@ def _reference(args: argparse.Namespace) -> int:
 
 
 def _cache(args: argparse.Namespace) -> int:
-    """``edgeconv cache stats`` / ``prune --older-than AGE``: the build cache, without TensorFlow."""
+    """``edgeconv cache stats`` / ``prune --older-than AGE``: the build cache, local or remote, without
+    TensorFlow."""
     import time
 
-    from .cache import default_dir, entries, parse_age, prune
+    from .cache import entries, location, parse_age, prune
 
-    root = args.cache_dir or default_dir()
+    root = location(args.cache_dir)
+    where = _where(root)
     if args.action == "prune":
         age = parse_age(args.older_than)
-        done = prune(root, age)
-        print(f"cache {rel(root)}: removed {done.removed} entr{'y' if done.removed == 1 else 'ies'} not used for "
+        if isinstance(root, str):
+            from .cache_remote import remote_prune
+
+            done: Any = remote_prune(root, age)
+        else:
+            done = prune(root, age)
+        print(f"cache {where}: removed {done.removed} entr{'y' if done.removed == 1 else 'ies'} not used for "
               f"{args.older_than} ({_mib(done.removed_bytes)}); kept {done.kept} ({_mib(done.kept_bytes)})"
-              + (f"; removed {done.staging} folder(s) a writer left half-written" if done.staging else ""))
+              + (f"; removed {done.staging} upload(s) a writer left unpublished" if done.staging else ""))
         return EXIT_OK
-    held = entries(root)
+    if isinstance(root, str):
+        from .cache_remote import remote_entries
+
+        listing = remote_entries(root)
+        held: list[Any] = listing.entries
+        unnamed = sum(size for size, _ in listing.orphans.values())
+        orphans = f"; {len(listing.orphans)} upload(s) no entry names ({_mib(unnamed)})" if listing.orphans else ""
+    else:
+        held, orphans = entries(root), ""
     if not held:
-        print(f"cache {rel(root)}: empty")
+        print(f"cache {where}: empty{orphans}")
         return EXIT_OK
     now = time.time()
-    print(f"cache {rel(root)}: {len(held)} entr{'y' if len(held) == 1 else 'ies'}, "
+    print(f"cache {where}: {len(held)} entr{'y' if len(held) == 1 else 'ies'}, "
           f"{_mib(sum(e.bytes for e in held))}; last used {_ago(now - held[-1].last_used)} (newest) to "
-          f"{_ago(now - held[0].last_used)} (oldest)")
+          f"{_ago(now - held[0].last_used)} (oldest){orphans}")
     return EXIT_OK
+
+
+def _where(root: str | Path) -> str:
+    """A cache's location as the console says it: a URL as given, a folder relative to here."""
+    return root if isinstance(root, str) else rel(root)
 
 
 def _mib(size: int) -> str:

@@ -42,7 +42,8 @@ class BuildOptions:
     out: Path | None = None
     baseline: Path | None = None
     no_cache: bool = False
-    cache_dir: Path | None = None
+    cache_dir: str | Path | None = None  # a folder or a URL (edgeconv.cache.location)
+    cache_access: str | None = None  # a remote cache's access, probed once for all builds (prepare_cache)
     suggest_keep_float: bool = False
     repair: bool = False
     verbose: bool = False  # debug lines on the display of a single build
@@ -71,7 +72,7 @@ def build_one(path: Path, options: BuildOptions, display: Display | None = None
     (exit 3, traceback in a crash log) become its outcome, as they would end a single build. ``display``
     shows its progress and log lines; without one, the build prints nothing (the report keeps every
     finding)."""
-    from .cache import BuildCache, default_dir
+    from .cache import open_cache
     from .config import load_pipeline
     from .pipeline import build
 
@@ -87,8 +88,7 @@ def build_one(path: Path, options: BuildOptions, display: Display | None = None
             logger.setLevel(logging.DEBUG if options.verbose else logging.INFO)
         else:
             logger.handlers = [logging.NullHandler()]
-        no_cache = options.no_cache or os.environ.get("EDGECONV_NO_CACHE", "") not in ("", "0")
-        cache = None if no_cache else BuildCache(options.cache_dir or default_dir())
+        cache = None if caching_off(options) else open_cache(options.cache_dir, options.cache_access)
         try:
             result = build(config, out=options.out, progress=display, suggest_keep_float=options.suggest_keep_float,
                            cache=cache, baseline=options.baseline, repair=options.repair)
@@ -102,6 +102,26 @@ def build_one(path: Path, options: BuildOptions, display: Display | None = None
                        crash_log=crash_log(exc)), None
     return Outcome(path, result.exit_code, time.perf_counter() - start, result.report, result.output_dir,
                    cached=result.cached), result
+
+
+def caching_off(options: BuildOptions) -> bool:
+    return options.no_cache or os.environ.get("EDGECONV_NO_CACHE", "") not in ("", "0")
+
+
+def prepare_cache(options: BuildOptions) -> tuple[BuildOptions, str | None]:
+    """A remote cache probed once for every build of this run: the options carrying what the probe found, and
+    the one line to say when the cache cannot be written (hits served, builds not stored) or reached (builds
+    uncached). A local cache, or none: unchanged, None."""
+    from .cache import is_url, location, open_cache
+
+    if caching_off(options) or not is_url(location(options.cache_dir)):
+        return options, None
+    from .cache_remote import RemoteCache
+
+    cache = open_cache(options.cache_dir)
+    assert isinstance(cache, RemoteCache)
+    access = cache.probe(say=False)
+    return dataclasses.replace(options, cache_access=access), cache.note
 
 
 StageCallback = Callable[[str, str, int, int], None]  # (pipeline, stage, done, total), as a build reports it

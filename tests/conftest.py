@@ -4,6 +4,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,3 +42,50 @@ def example_copy(tmp_path: Path) -> Path:
 def tree(path: Path) -> dict[str, bytes]:
     """Every file under path with its bytes, to prove nothing changed."""
     return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+class S3Server:
+    """The running test S3 server (tests/s3_server.py): its address, and the environment of each user."""
+
+    def __init__(self, endpoint: str, writer: list[str], reader: list[str], home: Path) -> None:
+        self.endpoint = endpoint
+        self._keys = {"writer": writer, "reader": reader}
+        self._home = home
+
+    def env(self, user: str = "writer", endpoint: str | None = None) -> dict[str, str]:
+        """AWS variables as a CI job sets them (no ~/.aws file is read)."""
+        key, secret = self._keys[user]
+        return {"AWS_ENDPOINT_URL": endpoint or self.endpoint, "AWS_ACCESS_KEY_ID": key,
+                "AWS_SECRET_ACCESS_KEY": secret, "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_CONFIG_FILE": str(self._home / "config"), "AWS_SHARED_CREDENTIALS_FILE": str(self._home / "creds"),
+                "AWS_EC2_METADATA_DISABLED": "true"}
+
+    def bucket(self, name: str) -> str:
+        import boto3
+
+        boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=self._keys["writer"][0],
+                     aws_secret_access_key=self._keys["writer"][1], region_name="us-east-1").create_bucket(Bucket=name)
+        return name
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A real S3 server (moto's) on 127.0.0.1 for the session, stopped at its end."""
+    import json
+
+    server = subprocess.Popen([sys.executable, "-P", str(REPO / "tests" / "s3_server.py")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert server.stdout is not None and server.stdin is not None
+    line = server.stdout.readline()
+    if not line:
+        server.kill()
+        raise RuntimeError("the test S3 server did not start (pip install 'moto[server]')")
+    found = json.loads(line)
+    try:
+        yield S3Server(found["endpoint"], found["writer"], found["reader"], tmp_path_factory.mktemp("aws"))
+    finally:
+        server.stdin.close()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()

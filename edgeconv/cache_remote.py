@@ -1,0 +1,390 @@
+"""The build cache in object storage (``--cache-dir s3://bucket/prefix``, ``gs://...``: any fsspec URL),
+shared by the jobs of a CI matrix the way Bazel and sccache teams share a remote cache.
+
+Layout under the URL:
+
+- ``data/<key>/<upload>/<file>``: an entry's files, uploaded first, under a writer's own random folder;
+- ``entries/<key>.json``: the manifest, written last and in one request, so a reader sees a whole entry or
+  none: the key, the upload folder, and every file's sha256 and size;
+- ``used/<key>``: an empty object rewritten when the entry is served (its time is the last use, for
+  ``edgeconv cache prune``).
+
+Every rule of the local cache holds: a file is served only when its bytes have the sha256 and size the
+manifest records (each file is read up to one byte past its size: a longer object is not read whole), and
+the served report must name its .tflite (``pipeline._from_cache``). Anything else is a miss and a build.
+Two writers of one key each upload to their own folder, then write the manifest; whichever manifest is
+last names a complete upload. Served entries are copied to the local cache (a read-through copy: one
+fetch per entry per runner).
+
+The cache is best effort: a server that is down or a bucket these credentials cannot write never fails a
+build. The probe (:meth:`RemoteCache.probe`, once per ``edgeconv build``) says so in one line, and the
+builds then run uncached, or serve hits without storing (a read-only consumer, such as a fork's pull
+request). Trust: whoever can write the bucket can plant an entry whose report says anything (as with a
+shared cache folder); the target checks are redone from the served .tflite, not read from its report.
+Give pull requests from forks read-only credentials, or none.
+
+The remote calls run in an event loop of their own that ends with each operation (no thread outlives
+it: the build forks its converter worker only while no other thread runs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import hashlib
+import inspect
+import json
+import logging
+import os
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .cache import STAGING_AGE_S, BuildCache, _inside
+from .errors import EdgeconvError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+FORMAT = 1
+MANIFEST_LIMIT = 1 << 20  # bytes read of a manifest; a longer one is not an entry
+ENTRY_LIMIT = 2 << 30  # bytes an entry may hold (the sum of its files' recorded sizes)
+FILES_LIMIT = 10_000
+OPERATION_TIMEOUT_S = 300.0  # one load, store, probe, listing or prune, whole
+_KEY = re.compile(r"[0-9a-f]{64}")
+_UPLOAD = re.compile(r"[0-9a-f]{32}")
+_SHA = re.compile(r"[0-9a-f]{64}")
+# s3: fail fast on a server that is down (2 attempts, 5 s to connect), not botocore's 60 s x 5.
+_S3 = {"config_kwargs": {"connect_timeout": 5, "read_timeout": 60,
+                             "retries": {"max_attempts": 2, "mode": "standard"}}}
+_OPTIONS: dict[str, dict[str, Any]] = {"s3": _S3, "s3a": _S3}
+
+
+class Unavailable(Exception):
+    """The remote cache cannot be used now (down, refused, no such bucket): the build goes on uncached."""
+
+
+class RemoteCache(BuildCache):
+    """A remote cache (``url``) read through a local one (``local``). ``access``: ``read-write``,
+    ``read-only`` or ``down``, as :meth:`probe` found it (probed at first use when not given)."""
+
+    def __init__(self, url: str, local: Path, access: str | None = None) -> None:
+        super().__init__(local)
+        self.url = url.rstrip("/")
+        self.protocol, _, rest = self.url.partition("://")
+        self.prefix = rest
+        self.access = access
+        self.note: str | None = None  # the probe's line when the cache is not read-write
+
+    # -- the operations -------------------------------------------------------------------------------
+
+    def probe(self, say: bool = True) -> str:
+        """Whether the cache can be read and written: ``read-write``; ``read-only`` (a write is refused);
+        ``down`` (unreachable, no such bucket, no access). Otherwise than read-write, :attr:`note` says what
+        that means for the builds (logged as a warning with ``say``)."""
+        token = uuid.uuid4().hex
+
+        async def work(fs: Any) -> str:
+            probe = f"{self.prefix}/probe/{token}"
+            try:
+                await fs._pipe_file(probe, b"")
+            except PermissionError:
+                return "read-only"  # a read refused too shows at the first load (then: down)
+            await fs._rm_file(probe)
+            return "read-write"
+
+        try:
+            self.access = self._run(work)
+        except EdgeconvError:
+            raise
+        except Exception as exc:
+            self.access = "down"
+            self.note = f"cache: {self.url} is unreachable ({_words(exc)}); building uncached"
+        else:
+            if self.access == "read-only":
+                self.note = (f"cache: {self.url} is read-only for these credentials: hits are served, builds are "
+                             "not stored")
+        if say and self.note is not None:
+            log.warning("%s", self.note)
+        return self.access
+
+    def load(self, key: str) -> dict[str, bytes] | None:
+        files = super().load(key)
+        if files is not None or (self.access or self.probe()) == "down":
+            return files
+        start = time.perf_counter()
+        try:
+            fetched = self._run(lambda fs: self._fetch(fs, key))
+        except Exception as exc:
+            self.access = "down"
+            log.warning("cache: %s failed while reading entry %s (%s); building uncached", self.url, key[:12],
+                        _words(exc))
+            return None
+        if fetched is None:
+            return None
+        log.info("cache: entry %s fetched from %s (%d files, %d bytes, %.2f s)", key[:12], self.url,
+                 len(fetched), sum(len(d) for d in fetched.values()), time.perf_counter() - start)
+        super().store_files(key, fetched)
+        return fetched
+
+    def store(self, key: str, out_dir: Path) -> None:
+        super().store(key, out_dir)
+        if (self.access or self.probe()) != "read-write":
+            return
+        files = super().load(key)  # the local copy just written, verified
+        if files is None:
+            return
+        try:
+            self._run(lambda fs: self._publish(fs, key, files))
+        except PermissionError as exc:
+            self.access = "read-only"
+            log.warning("cache: %s refused the entry (%s): hits are served, builds are not stored", self.url,
+                        _words(exc))
+        except Exception as exc:
+            self.access = "down"
+            log.warning("cache: %s failed while storing entry %s (%s); the build is not cached remotely", self.url,
+                        key[:12], _words(exc))
+
+    # -- one entry ------------------------------------------------------------------------------------
+
+    async def _fetch(self, fs: Any, key: str) -> dict[str, bytes] | None:
+        try:
+            raw = await fs._cat_file(self._manifest(key), start=0, end=MANIFEST_LIMIT + 1)
+        except FileNotFoundError:
+            return None
+        try:
+            upload, recorded = _manifest(raw, key)
+        except ValueError as exc:
+            log.warning("cache: remote entry %s is unreadable (%s); building", key[:12], exc)
+            return None
+        names = sorted(recorded)
+        paths = [f"{self.prefix}/data/{key}/{upload}/{name}" for name in names]
+        got = await asyncio.gather(*(_read(fs, path, recorded[name][1]) for name, path in zip(names, paths,
+                                                                                              strict=True)),
+                                   return_exceptions=True)
+        bad = [name for name, data in zip(names, got, strict=True)
+               if not isinstance(data, bytes) or len(data) != recorded[name][1]
+               or hashlib.sha256(data).hexdigest() != recorded[name][0]]
+        if bad:
+            log.warning("cache: remote entry %s is corrupt (%s missing or not as recorded); building", key[:12],
+                        ", ".join(bad))
+            return None
+        if self.access == "read-write":
+            try:
+                await fs._pipe_file(f"{self.prefix}/used/{key}", b"")
+            except Exception as exc:  # its last use, for prune: best effort
+                log.debug("cache: cannot record the use of %s (%s)", key[:12], _words(exc))
+        return {name: data for name, data in zip(names, got, strict=True) if isinstance(data, bytes)}
+
+    async def _publish(self, fs: Any, key: str, files: dict[str, bytes]) -> None:
+        if await fs._exists(self._manifest(key)):
+            return  # another job stored it first
+        upload = uuid.uuid4().hex
+        await fs._pipe({f"{self.prefix}/data/{key}/{upload}/{name}": data for name, data in files.items()})
+        manifest = {"format": FORMAT, "key": key, "upload": upload,
+                    "files": {name: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+                              for name, data in sorted(files.items())}}
+        await fs._pipe_file(self._manifest(key), json.dumps(manifest, indent=1).encode())
+        log.info("cache: entry %s stored in %s", key[:12], self.url)
+
+    def _manifest(self, key: str) -> str:
+        return f"{self.prefix}/entries/{key}.json"
+
+    # -- running them -----------------------------------------------------------------------------------
+
+    def _run(self, work: Callable[[Any], Awaitable[T]]) -> T:
+        """``work(fs)`` in an event loop of its own, on a filesystem made for it and closed after it."""
+        import fsspec
+
+        try:
+            cls = fsspec.get_filesystem_class(self.protocol)
+        except (ImportError, ValueError) as exc:
+            raise EdgeconvError(f"cache {self.url}: {exc} (pip install 'edgeconv[remote-cache]' for s3:// and "
+                                "gs://)") from exc
+
+        async def main() -> T:
+            options = dict(_OPTIONS.get(self.protocol, {}))
+            if self.protocol in ("s3", "s3a"):
+                options["session"] = _aio_session(tuple(sorted((k, v) for k, v in os.environ.items()
+                                                               if k.startswith("AWS_"))))
+            if cls.async_impl:
+                fs = cls(asynchronous=True, skip_instance_cache=True, **options)
+            else:
+                from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
+
+                fs = AsyncFileSystemWrapper(cls(skip_instance_cache=True, **options))
+            session = await fs.set_session() if hasattr(fs, "set_session") else None
+            try:
+                return await asyncio.wait_for(work(fs), OPERATION_TIMEOUT_S)
+            finally:
+                closing = getattr(session, "close", None)
+                if closing is not None:
+                    closed = closing()
+                    if inspect.isawaitable(closed):
+                        await closed
+
+        return asyncio.run(main())
+
+
+async def _read(fs: Any, path: str, size: int) -> bytes:
+    """An object, read up to one byte past its recorded ``size``: one longer than its record shows as too
+    long without being read whole."""
+    if size == 0:  # a range of an empty object is refused (HTTP 416): ask its size
+        info = await fs._info(path)
+        return b"" if int(info.get("size") or 0) == 0 else b"?"
+    return bytes(await fs._cat_file(path, start=0, end=size + 1))
+
+
+@functools.cache
+def _aio_session(aws_env: tuple[tuple[str, str], ...]) -> Any:
+    """One botocore session per process (and set of ``AWS_*`` variables: it keeps the credentials it found)
+    for every operation: it reads S3's API description (a 0.25 s JSON parse) once, not per operation (each
+    makes its own client, in its own event loop)."""
+    from aiobotocore.session import AioSession
+
+    return AioSession()
+
+
+def _manifest(raw: bytes, key: str) -> tuple[str, dict[str, tuple[str, int]]]:
+    """A manifest's upload folder and files (name: (sha256, size)); ValueError when it is not one."""
+    if len(raw) > MANIFEST_LIMIT:
+        raise ValueError(f"its manifest is over {MANIFEST_LIMIT} bytes")
+    try:
+        meta = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"its manifest is not JSON: {exc}") from exc
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("key") != key:
+        raise ValueError("its manifest names another key or format")
+    upload, files = meta.get("upload"), meta.get("files")
+    if not isinstance(upload, str) or not _UPLOAD.fullmatch(upload) or not isinstance(files, dict):
+        raise ValueError("its manifest has no upload folder or file list")
+    if not files or len(files) > FILES_LIMIT:
+        raise ValueError(f"its manifest lists {len(files)} files")
+    recorded = {}
+    for name, record in files.items():
+        if not _inside(name):
+            raise ValueError(f"a file name leaves the entry: {name!r}")
+        sha, size = (record.get("sha256"), record.get("bytes")) if isinstance(record, dict) else (None, None)
+        if not isinstance(sha, str) or not _SHA.fullmatch(sha) or type(size) is not int or size < 0:
+            raise ValueError(f"{name!r} has no sha256 and size")
+        recorded[name] = (sha, size)
+    if sum(size for _, size in recorded.values()) > ENTRY_LIMIT:
+        raise ValueError(f"its files add up to over {ENTRY_LIMIT} bytes")
+    return upload, recorded
+
+
+def _words(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# -- what the remote cache holds, and pruning it -------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class RemoteEntry:
+    key: str
+    upload: str | None  # None: the manifest is unreadable
+    bytes: int
+    last_used: float  # the manifest's or the use marker's time, whichever is newer
+
+
+@dataclasses.dataclass(frozen=True)
+class Listing:
+    entries: list[RemoteEntry]  # oldest use first
+    orphans: dict[tuple[str, str], tuple[int, float]]  # (key, upload) no manifest names: (bytes, newest file)
+
+
+def _stamp(info: dict[str, Any]) -> float:
+    found = info.get("LastModified") or info.get("mtime") or info.get("updated") or info.get("created")
+    if found is not None and hasattr(found, "timestamp"):
+        return float(found.timestamp())
+    if isinstance(found, (int, float)):
+        return float(found)
+    return time.time()  # unknown: never pruned as old
+
+
+async def _list(cache: RemoteCache, fs: Any) -> Listing:
+    async def find(sub: str) -> dict[str, dict[str, Any]]:
+        try:
+            found = await fs._find(f"{cache.prefix}/{sub}", detail=True)
+        except FileNotFoundError:
+            return {}
+        return dict(found)
+
+    manifests, used, data = await find("entries"), await find("used"), await find("data")
+    keys = {Path(p).name.removesuffix(".json"): info for p, info in manifests.items()
+            if _KEY.fullmatch(Path(p).name.removesuffix(".json")) and p.endswith(".json")}
+    raws = await fs._cat([cache._manifest(k) for k in sorted(keys)], on_error="return") if keys else {}
+    uploads: dict[str, str | None] = {}
+    for key in sorted(keys):
+        raw = raws.get(cache._manifest(key))
+        try:
+            uploads[key] = _manifest(raw, key)[0] if isinstance(raw, bytes) else None
+        except ValueError:
+            uploads[key] = None
+    sizes: dict[tuple[str, str], tuple[int, float]] = {}
+    for path, info in data.items():
+        parts = path[len(cache.prefix) + 1:].split("/")
+        if len(parts) >= 4 and parts[0] == "data":
+            size, newest = sizes.get((parts[1], parts[2]), (0, 0.0))
+            sizes[(parts[1], parts[2])] = (size + int(info.get("size") or 0), max(newest, _stamp(info)))
+    marks = {Path(p).name: _stamp(info) for p, info in used.items()}
+    held = [RemoteEntry(k, uploads[k], sizes.get((k, uploads[k] or ""), (0, 0.0))[0],
+                        max(_stamp(keys[k]), marks.get(k, 0.0))) for k in keys]
+    orphans = {ku: v for ku, v in sizes.items() if uploads.get(ku[0]) != ku[1]}
+    return Listing(sorted(held, key=lambda e: (e.last_used, e.key)), orphans)
+
+
+def remote_entries(url: str) -> Listing:
+    """Every entry of the remote cache at ``url``, and the uploads no manifest names."""
+    cache = RemoteCache(url, Path("."))
+    try:
+        return cache._run(lambda fs: _list(cache, fs))
+    except EdgeconvError:
+        raise
+    except Exception as exc:
+        raise EdgeconvError(f"cache {url}: cannot list it ({_words(exc)})") from exc
+
+
+@dataclasses.dataclass(frozen=True)
+class RemotePruned:
+    removed: int
+    removed_bytes: int
+    kept: int
+    kept_bytes: int
+    staging: int  # uploads no manifest names (writers that died or lost a race), older than a day
+
+
+def remote_prune(url: str, older_than_s: float, now: float | None = None) -> RemotePruned:
+    """Remove the entries not stored or served for ``older_than_s`` seconds (the manifest first: a reader
+    then misses, never sees a partial entry), and uploads no manifest names older than a day."""
+    now = time.time() if now is None else now
+    cache = RemoteCache(url, Path("."))
+
+    async def work(fs: Any) -> RemotePruned:
+        listing = await _list(cache, fs)
+        old = [e for e in listing.entries if now - e.last_used > older_than_s]
+        kept = [e for e in listing.entries if now - e.last_used <= older_than_s]
+        stale = [ku for ku, (_, newest) in listing.orphans.items() if now - newest > STAGING_AGE_S]
+        manifests = [cache._manifest(e.key) for e in old]
+        if manifests:
+            await fs._rm(manifests)
+        marks = [f"{cache.prefix}/used/{e.key}" for e in old]
+        for path in [*marks, *(f"{cache.prefix}/data/{e.key}" for e in old),
+                     *(f"{cache.prefix}/data/{k}/{u}" for k, u in stale)]:
+            try:
+                await fs._rm(path, recursive=True)
+            except FileNotFoundError:
+                continue
+        return RemotePruned(len(old), sum(e.bytes for e in old), len(kept), sum(e.bytes for e in kept), len(stale))
+
+    try:
+        return cache._run(work)
+    except EdgeconvError:
+        raise
+    except Exception as exc:
+        raise EdgeconvError(f"cache {url}: not pruned ({_words(exc)})") from exc

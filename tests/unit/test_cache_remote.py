@@ -1,0 +1,364 @@
+"""The remote build cache (issue 35) against a real S3 server (moto's, started on 127.0.0.1 by the
+``s3_server`` fixture, with IAM enforced): cold and warm, the read-through copy, tampered, truncated and
+over-long objects, hostile manifests, a writer killed mid-upload, writers racing on one key, a read-only
+consumer, a server that is down, and `edgeconv cache stats|prune` on a bucket. No TensorFlow."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edgeconv.cache import is_url, location, open_cache
+from edgeconv.cache_remote import ENTRY_LIMIT, MANIFEST_LIMIT, RemoteCache, _manifest, remote_entries, remote_prune
+from edgeconv.cli import main
+
+from ..conftest import REPO, S3Server, tree
+
+KEY = hashlib.sha256(b"a build").hexdigest()
+FILES = {"m.tflite": b"TFL3" + bytes(range(256)) * 3, "report.json": b'{"verdict": "pass"}',
+         "explorer/overlay.json": b"{}"}
+DAY = 86400.0
+
+
+@pytest.fixture
+def bucket(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A fresh bucket, and the writer's credentials in the environment; its URL."""
+    name = s3_server.bucket(f"zoo-{uuid.uuid4().hex[:12]}")
+    for var, value in s3_server.env("writer").items():
+        monkeypatch.setenv(var, value)
+    yield f"s3://{name}/cache"
+
+
+def _s3(s3_server: S3Server) -> Any:
+    import boto3
+
+    env = s3_server.env("writer")
+    return boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
+
+
+def _objects(s3_server: S3Server, url: str) -> dict[str, bytes]:
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    client = _s3(s3_server)
+    listed = client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
+    return {o["Key"]: client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read() for o in listed}
+
+
+def _put(s3_server: S3Server, url: str, key: str, data: bytes) -> None:
+    bucket, _, _ = url.removeprefix("s3://").partition("/")
+    _s3(s3_server).put_object(Bucket=bucket, Key=key, Body=data)
+
+
+def _stored(url: str, tmp_path: Path, files: dict[str, bytes] = FILES, key: str = KEY) -> RemoteCache:
+    out = tmp_path / f"out-{uuid.uuid4().hex[:6]}"
+    for name, data in files.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_bytes(data)
+    cache = RemoteCache(url, tmp_path / f"writer-{uuid.uuid4().hex[:6]}")
+    cache.store(key, out)
+    return cache
+
+
+def _data_key(s3_server: S3Server, url: str, name: str) -> str:
+    """The object key of one file of the stored entry."""
+    prefix = url.removeprefix("s3://").partition("/")[2]
+    return next(k for k in _objects(s3_server, url) if k.startswith(f"{prefix}/data/") and k.endswith("/" + name))
+
+
+def test_a_fresh_runner_is_served_what_another_stored_and_keeps_a_local_copy(
+        s3_server: S3Server, bucket: str, tmp_path: Path) -> None:
+    writer = _stored(bucket, tmp_path)
+    assert writer.access == "read-write"
+    prefix = bucket.removeprefix("s3://").partition("/")[2]
+    held = _objects(s3_server, bucket)
+    manifest = json.loads(held[f"{prefix}/entries/{KEY}.json"])
+    assert manifest["key"] == KEY and sorted(manifest["files"]) == sorted(FILES)
+    assert {name: r["sha256"] for name, r in manifest["files"].items()} == {
+        n: hashlib.sha256(d).hexdigest() for n, d in FILES.items()}
+
+    reader = RemoteCache(bucket, tmp_path / "fresh")
+    assert reader.load(KEY) == FILES
+    assert f"{prefix}/used/{KEY}" in _objects(s3_server, bucket)  # the use, for prune
+    # The read-through copy: a second load on this runner is local (the remote entry is gone, still served).
+    _s3(s3_server).delete_object(Bucket=bucket.split("/")[2], Key=f"{prefix}/entries/{KEY}.json")
+    assert RemoteCache(bucket, tmp_path / "fresh").load(KEY) == FILES
+    assert RemoteCache(bucket, tmp_path / "another").load(KEY) is None
+
+
+def test_a_second_writer_of_a_stored_key_uploads_nothing(s3_server: S3Server, bucket: str, tmp_path: Path) -> None:
+    _stored(bucket, tmp_path)
+    before = _objects(s3_server, bucket)
+    _stored(bucket, tmp_path, {**FILES, "report.json": b'{"verdict": "other"}'})
+    assert _objects(s3_server, bucket).keys() == before.keys()
+
+
+@pytest.mark.parametrize(("name", "change", "why"), [
+    ("m.tflite", lambda d: d[:-1] + bytes([d[-1] ^ 1]), "tampered"),
+    ("m.tflite", lambda d: d[: len(d) // 2], "truncated"),
+    ("m.tflite", lambda d: d + b"more", "longer than recorded"),
+    ("report.json", lambda d: b"", "emptied"),
+])
+def test_a_remote_file_not_as_recorded_is_a_miss_and_nothing_is_copied(
+        s3_server: S3Server, bucket: str, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        name: str, change: Any, why: str) -> None:
+    _stored(bucket, tmp_path)
+    key = _data_key(s3_server, bucket, name)
+    _put(s3_server, bucket, key, change(_objects(s3_server, bucket)[key]))
+    reader = RemoteCache(bucket, tmp_path / "fresh")
+    assert reader.load(KEY) is None, why
+    assert f"cache: remote entry {KEY[:12]} is corrupt ({name} missing or not as recorded); building" in caplog.messages
+    assert not (tmp_path / "fresh").exists() or not any((tmp_path / "fresh").rglob("entry.json"))
+
+
+def test_a_missing_file_is_a_miss(s3_server: S3Server, bucket: str, tmp_path: Path) -> None:
+    _stored(bucket, tmp_path)
+    key = _data_key(s3_server, bucket, "overlay.json")
+    _s3(s3_server).delete_object(Bucket=bucket.split("/")[2], Key=key)
+    assert RemoteCache(bucket, tmp_path / "fresh").load(KEY) is None
+
+
+def _manifest_bytes(**change: Any) -> bytes:
+    meta: dict[str, Any] = {"format": 1, "key": KEY, "upload": "0" * 32,
+                            "files": {"m.tflite": {"sha256": "a" * 64, "bytes": 3}}}
+    meta.update(change)
+    return json.dumps(meta).encode()
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    (b"\xff\xfe", "its manifest is not JSON"),
+    (b"[]", "its manifest names another key or format"),
+    (_manifest_bytes(key="b" * 64), "its manifest names another key or format"),
+    (_manifest_bytes(format=2), "its manifest names another key or format"),
+    (_manifest_bytes(upload="../../x"), "its manifest has no upload folder or file list"),
+    (_manifest_bytes(files={}), "its manifest lists 0 files"),
+    (_manifest_bytes(files={"../../etc/passwd": {"sha256": "a" * 64, "bytes": 1}}),
+     "a file name leaves the entry: '../../etc/passwd'"),
+    (_manifest_bytes(files={"/abs": {"sha256": "a" * 64, "bytes": 1}}), "a file name leaves the entry: '/abs'"),
+    (_manifest_bytes(files={"m": {"sha256": "A" * 64, "bytes": 1}}), "'m' has no sha256 and size"),
+    (_manifest_bytes(files={"m": {"sha256": "a" * 64, "bytes": -1}}), "'m' has no sha256 and size"),
+    (_manifest_bytes(files={"m": {"sha256": "a" * 64, "bytes": 1.0}}), "'m' has no sha256 and size"),
+    (_manifest_bytes(files={"m": {"sha256": "a" * 64, "bytes": True}}), "'m' has no sha256 and size"),
+    (_manifest_bytes(files={"m": "a" * 64}), "'m' has no sha256 and size"),
+])
+def test_a_hostile_manifest_is_refused_with_its_reason(raw: bytes, message: str) -> None:
+    with pytest.raises(ValueError) as found:
+        _manifest(raw, KEY)
+    assert str(found.value).startswith(message)
+
+
+@pytest.mark.parametrize(("sizes", "ok"), [([ENTRY_LIMIT - 1, 1], True), ([ENTRY_LIMIT, 1], False)])
+def test_an_entry_may_hold_up_to_its_limit(sizes: list[int], ok: bool) -> None:
+    raw = _manifest_bytes(files={f"f{i}": {"sha256": "a" * 64, "bytes": n} for i, n in enumerate(sizes)})
+    if ok:
+        assert _manifest(raw, KEY)[1]["f0"] == ("a" * 64, sizes[0])
+    else:
+        with pytest.raises(ValueError, match=f"its files add up to over {ENTRY_LIMIT} bytes"):
+            _manifest(raw, KEY)
+
+
+@pytest.mark.parametrize(("pad", "ok"), [(0, True), (1, False)])
+def test_a_manifest_may_be_up_to_its_limit(pad: int, ok: bool) -> None:
+    base = _manifest_bytes()
+    raw = base[:-1] + b" " * (MANIFEST_LIMIT - len(base) + pad) + b"}"
+    assert len(raw) == MANIFEST_LIMIT + pad
+    if ok:
+        assert _manifest(raw, KEY)[0] == "0" * 32
+    else:
+        with pytest.raises(ValueError, match="its manifest is over 1048576 bytes"):
+            _manifest(raw, KEY)
+
+
+def test_a_hostile_remote_manifest_is_a_miss_with_a_warning(
+        s3_server: S3Server, bucket: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    prefix = bucket.removeprefix("s3://").partition("/")[2]
+    _put(s3_server, bucket, f"{prefix}/entries/{KEY}.json",
+         _manifest_bytes(files={"../../escape": {"sha256": "a" * 64, "bytes": 1}}))
+    assert RemoteCache(bucket, tmp_path / "fresh").load(KEY) is None
+    assert (f"cache: remote entry {KEY[:12]} is unreadable (a file name leaves the entry: '../../escape'); "
+            "building") in caplog.messages
+    assert not (tmp_path / "escape").exists() and not (tmp_path / "fresh").exists()
+
+
+_KILLED_WRITER = """
+import os, signal, sys
+from pathlib import Path
+import s3fs
+from edgeconv.cache_remote import RemoteCache
+
+real = s3fs.S3FileSystem._pipe_file
+async def killed_before_the_manifest(self, path, data, **kwargs):
+    if "/entries/" in path:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return await real(self, path, data, **kwargs)
+s3fs.S3FileSystem._pipe_file = killed_before_the_manifest
+RemoteCache(sys.argv[1], Path(sys.argv[2])).store(sys.argv[3], Path(sys.argv[4]))
+"""
+
+
+def test_a_writer_killed_mid_upload_leaves_no_entry_and_prune_removes_its_upload(
+        s3_server: S3Server, bucket: str, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, data in FILES.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_bytes(data)
+    killed = subprocess.run([sys.executable, "-P", "-c", _KILLED_WRITER, bucket, str(tmp_path / "w"), KEY, str(out)],
+                            capture_output=True, text=True, cwd=REPO)
+    assert killed.returncode == -9, killed.stderr
+    prefix = bucket.removeprefix("s3://").partition("/")[2]
+    held = _objects(s3_server, bucket)
+    assert sum(k.startswith(f"{prefix}/data/") for k in held) == len(FILES)  # every file, no manifest
+    assert not any(k.startswith(f"{prefix}/entries/") for k in held)
+    assert RemoteCache(bucket, tmp_path / "fresh").load(KEY) is None
+    listing = remote_entries(bucket)
+    assert listing.entries == [] and len(listing.orphans) == 1
+    # A writer after it stores the entry whole; the dead writer's upload goes when it is a day old.
+    _stored(bucket, tmp_path)
+    assert RemoteCache(bucket, tmp_path / "fresh2").load(KEY) == FILES
+    assert remote_prune(bucket, 30 * DAY).staging == 0
+    assert remote_prune(bucket, 30 * DAY, now=time.time() + DAY + 60).staging == 1
+    assert RemoteCache(bucket, tmp_path / "fresh3").load(KEY) == FILES
+
+
+def test_writers_racing_on_one_key_leave_one_whole_entry(s3_server: S3Server, bucket: str, tmp_path: Path) -> None:
+    variants = [{name: data + f"-{i}".encode() for name, data in FILES.items()} for i in range(6)]
+    with ThreadPoolExecutor(6) as pool:
+        list(pool.map(lambda files: _stored(bucket, tmp_path, files), variants))
+    served = RemoteCache(bucket, tmp_path / "fresh").load(KEY)
+    assert served in variants  # every file from one writer, never a mix
+
+
+def test_a_read_only_consumer_is_served_hits_and_stores_nothing(
+        s3_server: S3Server, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    _stored(bucket, tmp_path)
+    before = _objects(s3_server, bucket)
+    for var, value in s3_server.env("reader").items():
+        monkeypatch.setenv(var, value)
+    reader = RemoteCache(bucket, tmp_path / "fresh")
+    assert reader.load(KEY) == FILES
+    assert reader.access == "read-only"
+    assert caplog.messages == [f"cache: {bucket} is read-only for these credentials: hits are served, builds are "
+                               "not stored"]
+    other = hashlib.sha256(b"another build").hexdigest()
+    out = tmp_path / "out2"
+    out.mkdir()
+    (out / "m.tflite").write_bytes(b"x")
+    reader.store(other, out)
+    assert reader.load(other) == {"m.tflite": b"x"}  # its own local copy
+    assert _objects(s3_server, bucket) == before  # nothing written remotely: not even the use marker
+    assert len(caplog.messages) == 1
+
+
+@pytest.mark.parametrize("where", ["closed-port", "no-bucket"])
+def test_a_cache_that_cannot_be_reached_builds_uncached_and_says_so_once(
+        s3_server: S3Server, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, where: str) -> None:
+    import socket
+
+    if where == "closed-port":
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+        url = bucket
+    else:
+        url = f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/cache"
+    cache = RemoteCache(url, tmp_path / "local")
+    start = time.perf_counter()
+    assert cache.load(KEY) is None
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "m.tflite").write_bytes(b"x")
+    cache.store(KEY, out)
+    assert time.perf_counter() - start < 15
+    assert cache.access == "down"
+    assert len(caplog.messages) == 1
+    assert caplog.messages[0].startswith(f"cache: {url} is unreachable (")
+    assert caplog.messages[0].endswith("); building uncached")
+    assert cache.load(KEY) == {"m.tflite": b"x"}  # the local copy still works
+
+
+def test_stats_and_prune_a_bucket(s3_server: S3Server, bucket: str, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    _stored(bucket, tmp_path)
+    other = hashlib.sha256(b"b").hexdigest()
+    _stored(bucket, tmp_path, {"m.tflite": b"y" * 10}, other)
+    assert main(["cache", "stats", "--cache-dir", bucket]) == 0
+    size = sum(map(len, FILES.values())) + 10
+    assert capsys.readouterr().out == (f"cache {bucket}: 2 entries, {size / (1 << 20):,.1f} MiB; last used just now "
+                                       "(newest) to just now (oldest)\n")
+    listing = remote_entries(bucket)
+    assert sorted(e.bytes for e in listing.entries) == [10, sum(map(len, FILES.values()))]
+    # 30 days and a minute later, only what was used in between stays.
+    later = time.time() + 30 * DAY + 60
+    assert remote_prune(bucket, 30 * DAY, now=time.time()).removed == 0
+    done = remote_prune(bucket, 30 * DAY, now=later)
+    assert (done.removed, done.kept) == (2, 0)
+    assert _objects(s3_server, bucket) == {}
+    assert main(["cache", "prune", "--cache-dir", bucket, "--older-than", "30d"]) == 0
+    assert capsys.readouterr().out == (f"cache {bucket}: removed 0 entries not used for 30d (0.0 MiB); kept 0 "
+                                       "(0.0 MiB)\n")
+
+
+def test_serving_an_entry_keeps_it_from_prune(s3_server: S3Server, bucket: str, tmp_path: Path) -> None:
+    _stored(bucket, tmp_path)
+    stored = remote_entries(bucket).entries[0].last_used
+    time.sleep(1.1)  # S3 times are to the second
+    assert RemoteCache(bucket, tmp_path / "fresh").load(KEY) == FILES
+    used = remote_entries(bucket).entries[0].last_used
+    assert used > stored
+    assert remote_prune(bucket, 10.0, now=used + 9).removed == 0
+    assert remote_prune(bucket, 10.0, now=used + 11).removed == 1
+
+
+@pytest.mark.parametrize(("given", "env", "found"), [
+    ("s3://b/p", None, "s3://b/p"),
+    ("gs://b", None, "gs://b"),
+    ("file:///tmp/c", None, Path("/tmp/c")),
+    ("relative/dir", None, Path("relative/dir")),
+    (None, "s3://env/p", "s3://env/p"),
+    (None, "/tmp/envdir", Path("/tmp/envdir")),
+])
+def test_where_the_cache_is(monkeypatch: pytest.MonkeyPatch, given: str | None, env: str | None,
+                            found: str | Path) -> None:
+    if env is None:
+        monkeypatch.delenv("EDGECONV_CACHE_DIR", raising=False)
+    else:
+        monkeypatch.setenv("EDGECONV_CACHE_DIR", env)
+    assert location(given) == found
+    assert is_url(found) == isinstance(found, str)
+    assert isinstance(open_cache(given), RemoteCache) == isinstance(found, str)
+
+
+def test_a_remote_cache_url_keeps_crash_logs_and_its_copy_local(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    from edgeconv.crash import crash_log_dir
+
+    monkeypatch.setenv("EDGECONV_CACHE_DIR", "s3://bucket/prefix")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("EDGECONV_LOG_DIR", raising=False)
+    monkeypatch.delenv("EDGECONV_CACHE_LOCAL", raising=False)
+    assert crash_log_dir() == tmp_path / "edgeconv" / "logs"
+    cache = open_cache(None)
+    assert isinstance(cache, RemoteCache) and cache.root == tmp_path / "edgeconv"
+    monkeypatch.setenv("EDGECONV_CACHE_LOCAL", str(tmp_path / "copy"))
+    assert open_cache(None).root == tmp_path / "copy"
+
+
+def test_an_unknown_protocol_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = tree(tmp_path)
+    assert main(["cache", "stats", "--cache-dir", "nosuchproto://b/p"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("edgeconv: error: cache nosuchproto://b/p: Protocol not known: nosuchproto")
+    assert tree(tmp_path) == before
