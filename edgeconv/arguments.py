@@ -118,6 +118,14 @@ def parser() -> argparse.ArgumentParser:
             a.add_argument("--older-than", required=True, metavar="AGE",
                            help="remove the entries not used for this long: 30d, 12h, 90m, 45s")
 
+    m = command("summary", help="merge the --results-json of a job matrix's builds into one verdict: the table, "
+                                "JUnit, the Markdown summary and the exit code of the worst build")
+    _arg(m, "results", type=Path, nargs="+", metavar="RESULTS",
+         help="results files of every job (edgeconv build --shard K/N --results-json)").completer = _files(".json")
+    m.add_argument("--junit", type=Path, metavar="PATH", help="write JUnit XML of every pipeline")
+    m.add_argument("--summary", type=Path, metavar="PATH",
+                   help="write the Markdown summary; on GitHub Actions it is also appended to $GITHUB_STEP_SUMMARY")
+
     s = command("schema", help="print the JSON Schema of the pipeline file or the report")
     s.add_argument("which", choices=("pipeline", "report"))
     return top
@@ -134,7 +142,11 @@ def _build_arguments(b: argparse.ArgumentParser) -> None:
     b.add_argument("--junit", type=Path, metavar="PATH",
                    help="write JUnit XML: a test case per pipeline and target, and per gate")
     b.add_argument("--results-json", type=Path, metavar="PATH",
-                   help="write each pipeline's result as JSON: pipeline, exit code, verdict, report folder")
+                   help="write each pipeline's result as JSON: pipeline, exit code, verdict, report folder and report, "
+                        "the shard; `edgeconv summary` merges the files of a job matrix")
+    b.add_argument("--shard", metavar="K/N",
+                   help="build only shard K of N of the pipelines (a CI matrix job; a pipeline's shard depends on "
+                        "its path and N alone), then merge the jobs' --results-json with `edgeconv summary`")
     b.add_argument("--summary", type=Path, metavar="PATH",
                    help="write a Markdown summary (a PR comment); on GitHub Actions it is also appended to "
                         "$GITHUB_STEP_SUMMARY")

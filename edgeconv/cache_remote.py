@@ -44,7 +44,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .cache import STAGING_AGE_S, BuildCache, _inside
+from .cache import STAGING_AGE_S, BuildCache, _inside, default_dir, location
 from .errors import EdgeconvError
 
 log = logging.getLogger(__name__)
@@ -64,8 +64,13 @@ _S3 = {"config_kwargs": {"connect_timeout": 5, "read_timeout": 60,
 _OPTIONS: dict[str, dict[str, Any]] = {"s3": _S3, "s3a": _S3}
 
 
-class Unavailable(Exception):
-    """The remote cache cannot be used now (down, refused, no such bucket): the build goes on uncached."""
+def open_cache(where: str | Path | None, access: str | None = None) -> BuildCache:
+    """The build cache at ``where`` (see :func:`edgeconv.cache.location`): a local folder, or a remote one read
+    through a local copy (``access`` as its probe found it, when known)."""
+    found = location(where)
+    if isinstance(found, Path):
+        return BuildCache(found)
+    return RemoteCache(found, default_dir(), access)
 
 
 class RemoteCache(BuildCache):

@@ -15,6 +15,7 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from . import report_model as rm
 from . import verdict
@@ -195,11 +196,21 @@ def summary_notes(outcomes: Sequence[Outcome]) -> list[tuple[str, list[tuple[str
     return sections
 
 
+def regressions(outcomes: Sequence[Outcome]) -> list[tuple[str, str]]:
+    """What got worse since the baseline (build --baseline), per pipeline: (pipeline, the rest of the line)."""
+    return [(rel(o.pipeline), f" ({o.name}): {line}") for o in outcomes
+            if o.report and (base := o.report.get("baseline")) for line in base["regressions"]]
+
+
 def summary_markdown(outcomes: Sequence[Outcome]) -> str:
-    """One table for every pipeline, then what failed and why; for a step summary or a PR comment."""
+    """The regressions against the baseline first, then one table for every pipeline, then what failed and
+    why; for a step summary or a PR comment."""
     word = EXIT_WORDS.get(worst(outcomes), "crash").upper()
-    lines = [f"## edgeconv: {word}", "", "| pipeline | result | size | targets | parity | report |",
-             "|---|---|---|---|---|---|"]
+    lines = [f"## edgeconv: {word}", ""]
+    worse = regressions(outcomes)
+    if worse:
+        lines += ["### Regressions against the baseline", "", *(f"- `{p}`{rest}" for p, rest in worse), ""]
+    lines += ["| pipeline | result | size | targets | parity | report |", "|---|---|---|---|---|---|"]
     for row in summary_rows(outcomes):
         targets = ", ".join(f"{name} {'✅' if ok else '❌'}" for name, ok in row.targets) or "-"
         report = f"`{row.report}`" if row.report != "-" else "-"
@@ -273,9 +284,10 @@ def check_destinations(junit: Path | None, summary: Path | None, results_json: P
 
 
 def write_outputs(outcomes: Sequence[Outcome], *, junit: Path | None = None, summary: Path | None = None,
-                  results_json: Path | None = None) -> list[str]:
-    """JUnit XML, the Markdown summary and the results JSON where asked, each written whole (atomically);
-    on GitHub Actions the step summary too. Returns the workflow commands (annotations) to print there."""
+                  results: tuple[Path, dict[str, Any]] | None = None) -> list[str]:
+    """JUnit XML, the Markdown summary and the results JSON (a path and its document, from
+    ``shards.results_document``) where asked, each written whole (atomically); on GitHub Actions the step
+    summary too. Returns the workflow commands (annotations) to print there."""
     import json
     import os
 
@@ -286,13 +298,8 @@ def write_outputs(outcomes: Sequence[Outcome], *, junit: Path | None = None, sum
         write_atomically(junit, junit_xml(outcomes))
     if summary is not None:
         write_atomically(summary, text)
-    if results_json is not None:
-        write_atomically(results_json, json.dumps([
-            {"pipeline": str(o.pipeline), "exit_code": o.code, "verdict": EXIT_WORDS.get(o.code, "crash"),
-             "reasons": o.report["gate"]["reasons"] if o.report else [],
-             "name": o.name, "output_dir": str(o.report_dir) if o.report_dir else None,
-             "report": str(o.report_dir / "report.json") if o.report_dir else None, "cached": o.cached,
-             "error": o.error} for o in outcomes], indent=2) + "\n")
+    if results is not None:
+        write_atomically(results[0], json.dumps(results[1], indent=1) + "\n")
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
         with open(step_summary, "a") as handle:

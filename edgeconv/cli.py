@@ -138,6 +138,8 @@ def _main(args: argparse.Namespace) -> int:
             return _schema(args.which)
         if args.command == "cache":
             return _cache(args)
+        if args.command == "summary":
+            return _summary(args)
         if args.command == "view":
             return _view(args)
         if args.command == "reference":
@@ -185,27 +187,55 @@ def _build_many(args: argparse.Namespace) -> int:
     outputs."""
     from .ci import worst
     from .many import BuildOptions, expand, prepare_cache
+    from .shards import parse_shard, results_document, select
 
-    paths = expand(args.pipelines)
-    if args.out is not None and len(paths) > 1:
-        raise EdgeconvError(f"--out applies to one pipeline; {len(paths)} were given (each writes its output.dir)")
+    given = expand(args.pipelines)
+    shard = parse_shard(args.shard) if args.shard is not None else None
+    if args.out is not None and len(given) > 1:
+        raise EdgeconvError(f"--out applies to one pipeline; {len(given)} were given (each writes its output.dir)")
     if args.jobs < 1:
         raise EdgeconvError(f"-j must be at least 1, got {args.jobs}")
     from .ci import check_destinations, write_outputs
 
     check_destinations(args.junit, args.summary, args.results_json)
+    paths = select(given, shard) if shard is not None else given
+    if shard is not None:
+        print(f"edgeconv: shard {shard}: {len(paths)} of {len(given)} pipeline{'s' if len(given) > 1 else ''}",
+              file=sys.stderr)
     options = BuildOptions(out=args.out, baseline=args.baseline, no_cache=args.no_cache, cache_dir=args.cache_dir,
                            suggest_keep_float=args.suggest_keep_float, repair=args.repair, verbose=args.verbose)
-    options, note = prepare_cache(options)
-    if note is not None:
-        print(f"edgeconv: {note}", file=sys.stderr)
-    if len(paths) == 1:
+    if paths:
+        options, note = prepare_cache(options)
+        if note is not None:
+            print(f"edgeconv: {note}", file=sys.stderr)
+    if not paths:
+        outcomes = []
+    elif len(paths) == 1:
         outcomes = [_build_single(paths[0], options, quiet=args.quiet)]
     else:
         outcomes = _build_several(paths, options, jobs=args.jobs, quiet=args.quiet)
-    for line in write_outputs(outcomes, junit=args.junit, summary=args.summary, results_json=args.results_json):
+    results = (args.results_json, results_document(outcomes, given, shard)) if args.results_json else None
+    for line in write_outputs(outcomes, junit=args.junit, summary=args.summary, results=results):
         print(line)
     return worst(outcomes)
+
+
+def _summary(args: argparse.Namespace) -> int:
+    """``edgeconv summary RESULTS.json...``: the jobs of a matrix as one verdict (edgeconv.shards.merge): the
+    table, JUnit, the Markdown summary, the exit code of the worst build."""
+    from .ci import check_destinations, worst, write_outputs
+    from .shards import merge
+
+    check_destinations(args.junit, args.summary, None)
+    merged = merge(args.results)
+    jobs = (f"{merged.files} shard{'s' if merged.files > 1 else ''} of {merged.shards}" if merged.shards
+            else "1 job")
+    _print_table(merged.outcomes)
+    print(f"{len(merged.outcomes)} pipelines from {jobs}; "
+          f"{sum(o.cached for o in merged.outcomes)} served from the cache")
+    for line in write_outputs(merged.outcomes, junit=args.junit, summary=args.summary):
+        print(line)
+    return worst(merged.outcomes)
 
 
 def _build_single(path: Path, options: Any, *, quiet: bool) -> Any:
@@ -238,9 +268,7 @@ def _build_several(paths: Sequence[Path], options: Any, *, jobs: int, quiet: boo
     import time
 
     from ._tf import import_seconds
-    from .ci import summary_notes, summary_rows, worst
-    from .console import PipelineLines, live, print_table
-    from .exit_codes import WORDS as EXIT_WORDS
+    from .console import PipelineLines, live
     from .many import build_many
 
     # Live lines only where stdout and stderr are the terminal a person watches (rich draws them on stderr
@@ -255,18 +283,30 @@ def _build_several(paths: Sequence[Path], options: Any, *, jobs: int, quiet: boo
         if lines is not None:
             lines.stop()
     took = time.perf_counter() - start
-    rows = [(row.pipeline, row.result.upper() + (" (cached)" if row.cached else ""), row.size,
-             ", ".join(f"{name} {'PASS' if ok else 'FAIL'}" for name, ok in row.targets) or "-", row.parity,
-             row.report) for row in summary_rows(outcomes)]
-    sections = [(title, [f"{pipeline}{rest}" for pipeline, rest in notes]) for title, notes in summary_notes(outcomes)]
     print()
-    print_table(f"edgeconv: {EXIT_WORDS.get(worst(outcomes), 'crash').upper()}",
-                ("pipeline", "result", "size", "targets", "parity", "report"), rows, sections, sys.stdout)
+    _print_table(outcomes)
     shared = import_seconds()
     imported = (f"; TensorFlow imported once, in {shared:.1f} s, before the builds (in no pipeline's time)"
                 if shared is not None and jobs > 1 else "")
     print(f"{len(outcomes)} pipelines in {took:.1f} s, {min(jobs, len(outcomes))} at a time{imported}")
     return outcomes
+
+
+def _print_table(outcomes: Sequence[Any]) -> None:
+    """The table of several pipelines' results, then what failed and why (edgeconv.ci's rows and notes)."""
+    from .ci import regressions, summary_notes, summary_rows, worst
+    from .console import print_table
+    from .exit_codes import WORDS as EXIT_WORDS
+
+    rows = [(row.pipeline, row.result.upper() + (" (cached)" if row.cached else ""), row.size,
+             ", ".join(f"{name} {'PASS' if ok else 'FAIL'}" for name, ok in row.targets) or "-", row.parity,
+             row.report) for row in summary_rows(outcomes)]
+    worse = regressions(outcomes)
+    sections = [("Regressions against the baseline", [f"{p}{rest}" for p, rest in worse])] if worse else []
+    sections += [(title, [f"{pipeline}{rest}" for pipeline, rest in notes])
+                 for title, notes in summary_notes(outcomes)]
+    print_table(f"edgeconv: {EXIT_WORDS.get(worst(outcomes), 'crash').upper()}",
+                ("pipeline", "result", "size", "targets", "parity", "report"), rows, sections, sys.stdout)
 
 
 def _print_outcome(o: Any, lines: Any = None) -> None:

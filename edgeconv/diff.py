@@ -57,18 +57,23 @@ def load_report(path: str | Path) -> rm.Report:
         data = json.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise EdgeconvError(f"{rel(path)}: not an edgeconv report ({exc})") from None
+    return report_from_data(data, rel(path))
+
+
+def report_from_data(data: Any, where: str) -> rm.Report:
+    """A parsed report.json, checked against the report's schema; a clear error naming ``where`` otherwise."""
     if not isinstance(data, dict) or "tflite" not in data or "targets" not in data:
-        raise EdgeconvError(f"{rel(path)}: not an edgeconv report (no tflite or targets section)")
+        raise EdgeconvError(f"{where}: not an edgeconv report (no tflite or targets section)")
     version = data.get("schema_version")
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise EdgeconvError(f"{rel(path)}: not a valid edgeconv report: $.schema_version: expected a positive "
+        raise EdgeconvError(f"{where}: not a valid edgeconv report: $.schema_version: expected a positive "
                             f"integer, got {version!r}")
     if version != SCHEMA_VERSION:
-        raise EdgeconvError(f"{rel(path)}: report schema_version {version!r} is not one this "
+        raise EdgeconvError(f"{where}: report schema_version {version!r} is not one this "
                             f"edgeconv reads ({SCHEMA_VERSION}); compare reports of the same edgeconv release")
     problem = first_problem(data, _report_schema())
     if problem:
-        raise EdgeconvError(f"{rel(path)}: not a valid edgeconv report: {problem}")
+        raise EdgeconvError(f"{where}: not a valid edgeconv report: {problem}")
     return typing.cast(rm.Report, data)
 
 

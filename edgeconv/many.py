@@ -72,7 +72,7 @@ def build_one(path: Path, options: BuildOptions, display: Display | None = None
     (exit 3, traceback in a crash log) become its outcome, as they would end a single build. ``display``
     shows its progress and log lines; without one, the build prints nothing (the report keeps every
     finding)."""
-    from .cache import open_cache
+    from .cache_remote import open_cache
     from .config import load_pipeline
     from .pipeline import build
 
@@ -112,14 +112,14 @@ def prepare_cache(options: BuildOptions) -> tuple[BuildOptions, str | None]:
     """A remote cache probed once for every build of this run: the options carrying what the probe found, and
     the one line to say when the cache cannot be written (hits served, builds not stored) or reached (builds
     uncached). A local cache, or none: unchanged, None."""
-    from .cache import is_url, location, open_cache
+    from .cache import default_dir, location
 
-    if caching_off(options) or not is_url(location(options.cache_dir)):
+    where = location(options.cache_dir)
+    if caching_off(options) or not isinstance(where, str):
         return options, None
     from .cache_remote import RemoteCache
 
-    cache = open_cache(options.cache_dir)
-    assert isinstance(cache, RemoteCache)
+    cache = RemoteCache(where, default_dir())
     access = cache.probe(say=False)
     return dataclasses.replace(options, cache_access=access), cache.note
 

@@ -58,7 +58,7 @@ import json
 import re
 import sys
 
-for result in json.load(open(sys.argv[1])):
+for result in json.load(open(sys.argv[1]))["results"]:
     report = result.get("report") or ""
     if isinstance(report, str) and report:
         if re.search(r"[\x00-\x1f\x7f\"'`$]", report):

@@ -27,7 +27,7 @@ def build(folder: Path, pipeline: str) -> dict[str, Any]:
     proc = subprocess.run([sys.executable, "-m", "edgeconv", "build", "pipeline.yaml", "--junit", "junit.xml",
                            "--summary", "summary.md", "--results-json", "results.json"], cwd=folder,
                           capture_output=True, text=True, env=env)
-    (results,) = json.loads((folder / "results.json").read_text())
+    (results,) = json.loads((folder / "results.json").read_text())["results"]
     out_dir = Path(results["output_dir"])
     return {"code": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr, "results": results,
             "report": json.loads((out_dir / "report.json").read_text()), "md": (out_dir / "report.md").read_text(),

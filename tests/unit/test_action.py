@@ -243,7 +243,7 @@ def test_a_crafted_report_path_never_reaches_the_step_outputs(tmp_path: Path, pa
 
     fake = tmp_path / "fake-edgeconv"
     good = str(tmp_path / "ok" / "report.json")
-    results = json.dumps([{"report": path}, {"report": good}, {"report": None}])
+    results = json.dumps({"format": 2, "results": [{"report": path}, {"report": good}, {"report": None}]})
     fake.write_text(f"#!/usr/bin/env bash\nwhile [[ $# -gt 0 ]]; do [[ $1 == --results-json ]] && "
                     f"printf '%s' {shlex.quote(results)} > \"$2\"; shift; done\nexit 1\n")
     fake.chmod(0o755)

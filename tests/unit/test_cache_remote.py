@@ -18,8 +18,16 @@ from typing import Any
 
 import pytest
 
-from edgeconv.cache import is_url, location, open_cache
-from edgeconv.cache_remote import ENTRY_LIMIT, MANIFEST_LIMIT, RemoteCache, _manifest, remote_entries, remote_prune
+from edgeconv.cache import is_url, location
+from edgeconv.cache_remote import (
+    ENTRY_LIMIT,
+    MANIFEST_LIMIT,
+    RemoteCache,
+    _manifest,
+    open_cache,
+    remote_entries,
+    remote_prune,
+)
 from edgeconv.cli import main
 
 from ..conftest import REPO, S3Server, tree

@@ -73,7 +73,7 @@ def test_build_fails_in_every_output(project: Path, capsys: pytest.CaptureFixtur
     failures = ET.parse(project / "junit.xml").getroot().iter("failure")
     assert [f.get("message") for f in failures] == [f"{WHY}; gates.uncertain: warn accepts them"]
     assert "| **fail** | 992 B | my-tpu ❌ |" in (project / "summary.md").read_text()
-    (result,) = json.loads((project / "results.json").read_text())
+    (result,) = json.loads((project / "results.json").read_text())["results"]
     assert (result["exit_code"], result["verdict"]) == (1, "fail")
 
 
