@@ -108,7 +108,7 @@ class RemoteCache(BuildCache):
             raise
         except Exception as exc:
             self.access = "down"
-            self.note = f"cache: {self.url} is unreachable ({_words(exc)}); building uncached"
+            self.note = f"cache: {self.url} is unreachable ({_words(exc)}); building without it (only the local copy serves)"
         else:
             if self.access == "read-only":
                 self.note = (f"cache: {self.url} is read-only for these credentials: hits are served, builds are "
@@ -126,7 +126,7 @@ class RemoteCache(BuildCache):
             fetched = self._run(lambda fs: self._fetch(fs, key))
         except Exception as exc:
             self.access = "down"
-            log.warning("cache: %s failed while reading entry %s (%s); building uncached", self.url, key[:12],
+            log.warning("cache: %s failed while reading entry %s (%s); building without it", self.url, key[:12],
                         _words(exc))
             return None
         if fetched is None:
