@@ -108,7 +108,8 @@ class RemoteCache(BuildCache):
             raise
         except Exception as exc:
             self.access = "down"
-            self.note = f"cache: {self.url} is unreachable ({_words(exc)}); building without it (only the local copy serves)"
+            self.note = (f"cache: {self.url} is unreachable ({_words(exc)}); building without it (only the local "
+                         "copy serves)")
         else:
             if self.access == "read-only":
                 self.note = (f"cache: {self.url} is read-only for these credentials: hits are served, builds are "
