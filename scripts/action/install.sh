@@ -8,7 +8,9 @@ PYTHON="${PYTHON:-python}"
 extras="${INPUT_EXTRAS:-tf}"
 extras="${extras// /}"
 packages=("${EDGECONV_SOURCE}[${extras}]")
-if [[ -n "${INPUT_TENSORFLOW_VERSION:-}" ]]; then
+if [[ "${INPUT_MODE:-build}" == "summarize" ]]; then
+  packages=("${EDGECONV_SOURCE}")  # merging results files needs no TensorFlow
+elif [[ -n "${INPUT_TENSORFLOW_VERSION:-}" ]]; then
   if [[ "$(uname -s)" == "Linux" && "$(uname -m)" == "x86_64" ]]; then
     packages+=("tensorflow-cpu${INPUT_TENSORFLOW_VERSION}")
   else

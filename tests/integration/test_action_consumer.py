@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ..conftest import REPO, tree
+from ..conftest import REPO, S3Server, tree
 
 pytestmark = pytest.mark.tf
 
@@ -83,7 +83,8 @@ class Runner:
             raise AssertionError(f"action.yml uses an expression this runner does not know: {expr}")
         return EXPRESSION.sub(value, text)
 
-    def run(self, given: dict[str, str]) -> tuple[int, str, str]:
+    def run(self, given: dict[str, str], skip: tuple[str, ...] = ()) -> tuple[int, str, str]:
+        """The steps with the inputs ``given``; ``skip``: steps (by name) a job of the same runner already ran."""
         inputs = {name: spec.get("default", "") for name, spec in self.action["inputs"].items()}
         assert set(given) <= set(inputs), set(given) - set(inputs)
         inputs.update(given)
@@ -93,6 +94,8 @@ class Runner:
             if "uses" in step:  # GitHub's own actions; their inputs must still expand
                 for value in step.get("with", {}).values():
                     self.expand(str(value), inputs)
+                continue
+            if step.get("name") in skip:
                 continue
             condition = step.get("if", "")
             always = condition.startswith("always() && ")
@@ -116,9 +119,13 @@ class Runner:
         return failed, "".join(out), "".join(err)
 
     def _condition(self, text: str, inputs: dict[str, str]) -> bool:
-        found = re.fullmatch(r"inputs\.([\w-]+) == '(.*)'", text.strip())
-        assert found, f"unknown condition {text}"
-        return inputs[found[1]] == found[2]
+        """``inputs.NAME == 'VALUE'`` and ``!=``, joined by ``&&``."""
+        held = True
+        for part in text.split("&&"):
+            found = re.fullmatch(r"inputs\.([\w-]+) (==|!=) '(.*)'", part.strip())
+            assert found, f"unknown condition {text}"
+            held = held and (inputs[found[1]] == found[3]) == (found[2] == "==")
+        return held
 
 
 @pytest.fixture(scope="module")
@@ -217,6 +224,60 @@ def test_the_action_writes_nothing_into_its_own_checkout(consumer: dict[str, Any
     assert ours(tree(consumer["action_path"])) == ours(consumer["before"])
     assert sorted(p.name for p in consumer["workspace"].iterdir() if p.suffix != ".py") == [
         ".git", "build", "models", "pipelines"]
+
+
+def test_the_zoo_workflow_shares_one_cache_and_gives_one_verdict(consumer: dict[str, Any], s3_server: S3Server,
+                                                                 tmp_path: Path) -> None:
+    """examples/zoo-workflow.yml as GitHub runs it: a matrix of 2 shard jobs on fresh runners building into one
+    S3 cache (moto's), each job's results handed to the summarize job as artifacts; then the same matrix on
+    fresh runners again, every pipeline served from the bucket, and the same verdict."""
+    workflow = yaml.safe_load((REPO / "examples" / "zoo-workflow.yml").read_text())
+    build_with = next(s for s in workflow["jobs"]["build"]["steps"] if s.get("id") == "edgeconv")["with"]
+    verdict_with = next(s for s in workflow["jobs"]["verdict"]["steps"] if "with" in s and "mode" in s["with"])["with"]
+    workspace = tmp_path / "work"
+    shutil.copytree(consumer["workspace"], workspace, ignore=shutil.ignore_patterns("build"))
+    url = f"s3://{s3_server.bucket('zoo-workflow')}/zoo"
+    installed = ("Install edgeconv",)  # this runner's Python has it (the consumer fixture's install step)
+
+    def runner(name: str) -> Runner:
+        temp = tmp_path / name
+        temp.mkdir()
+        job = Runner(consumer["action_path"], workspace, temp, consumer["venv"] / "bin")
+        job.env.update({**s3_server.env("writer"), "XDG_CACHE_HOME": str(temp / "home-cache")})
+        return job
+
+    def matrix(run: str) -> tuple[list[int], int, Runner]:
+        shutil.rmtree(workspace / "results", ignore_errors=True)
+        shutil.rmtree(workspace / "build", ignore_errors=True)
+        codes = []
+        for k in (1, 2):
+            job = runner(f"{run}-shard{k}")
+            inputs = {**{n: str(v) for n, v in build_with.items() if n not in ("tensorflow-version",)},
+                      "shard": f"{k}/2", "cache-url": url, "extras": "tf"}
+            code, _, err = job.run(inputs, skip=installed)
+            codes.append(code)
+            assert "build" in job.steps, err[-3000:]
+            artifact = workspace / "results" / f"edgeconv-results-{k}"  # actions/download-artifact's layout
+            artifact.mkdir(parents=True)
+            shutil.copy(job.steps["build"]["results"], artifact / "results.json")
+        final = runner(f"{run}-verdict")
+        code, _, err = final.run({n: str(v) for n, v in verdict_with.items()}, skip=installed)
+        assert final.steps["build"]["verdict"] == "fail", err[-3000:]
+        return codes, code, final
+
+    codes, code, final = matrix("cold")
+    assert code == 1 and sorted(codes) == [0, 1]  # digits strict fails in its shard, and in the verdict
+    summary = Path(final.steps["build"]["summary"]).read_text()
+    assert "| `pipelines/digits.yaml` | **pass** |" in summary
+    assert "| `pipelines/digits strict.yaml` | **fail** |" in summary
+    junit = ET.parse(final.steps["build"]["junit"]).getroot()
+    assert (junit.get("failures"), junit.get("errors"), len(list(junit.iter("testsuite")))) == ("1", "0", 2)
+
+    codes, code, final = matrix("warm")  # fresh runners: empty local caches, the bucket only
+    assert code == 1 and sorted(codes) == [0, 1]
+    warm = Path(final.steps["build"]["summary"]).read_text()
+    assert "| **pass** (cached) |" in warm and "| **fail** (cached) |" in warm
+    assert warm.replace(" (cached)", "") == summary
 
 
 def test_pre_commit_try_repo_checks_every_pipeline_layout(tmp_path: Path) -> None:

@@ -117,6 +117,7 @@ def test_pre_commit_hook_validates_every_changed_pipeline(tmp_path: Path) -> Non
 @pytest.mark.parametrize(("schema", "path"), [
     ("vendor.github-actions", "action.yml"),
     ("vendor.github-workflows", "examples/github-workflow.yml"),
+    ("vendor.github-workflows", "examples/zoo-workflow.yml"),
     ("vendor.github-workflows", ".github/workflows/action-from-tag.yml"),
 ])
 def test_action_and_workflow_follow_githubs_published_schemas(schema: str, path: str) -> None:
@@ -258,11 +259,11 @@ def test_a_crafted_report_path_never_reaches_the_step_outputs(tmp_path: Path, pa
                          f"summary={tmp_path}/edgeconv/summary.md"]
     delimiter = lines[4].removeprefix("reports<<")
     assert re.fullmatch(r"EDGECONV_[0-9a-f]{32}", delimiter)
-    assert lines[5:] == [good, delimiter]
+    assert lines[5:] == [good, delimiter, f"results={tmp_path}/edgeconv/results.json"]
     assert f"edgeconv action: warning: report path {path!r} left out of the outputs" in done.stderr
 
 
-@pytest.mark.parametrize("path", ["action.yml", "examples/github-workflow.yml",
+@pytest.mark.parametrize("path", ["action.yml", "examples/github-workflow.yml", "examples/zoo-workflow.yml",
                                   ".github/workflows/action-from-tag.yml"])
 def test_no_expression_is_expanded_inside_a_run_script(path: str) -> None:
     """A value expanded into run: is shell code; values reach scripts through env:."""
