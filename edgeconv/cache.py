@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -210,7 +211,12 @@ class BuildCache:
 
 
 def library_versions() -> dict[str, str]:
-    """The installed version of each of :data:`LIBRARIES` (absent ones left out)."""
+    """The installed version of each of :data:`LIBRARIES` (absent ones left out); read once per process."""
+    return dict(_library_versions())
+
+
+@functools.cache
+def _library_versions() -> dict[str, str]:
     import importlib.metadata as md
 
     found = {}

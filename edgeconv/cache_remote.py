@@ -3,14 +3,15 @@ shared by the jobs of a CI matrix the way Bazel and sccache teams share a remote
 
 Layout under the URL:
 
-- ``data/<key>/<upload>/<file>``: an entry's files, uploaded first, under a writer's own random folder;
+- ``data/<key>/<upload>.pack``: an entry's files end to end in the order of their names, uploaded first
+  under a writer's own random name (one object: a hit is two GETs, not one per file);
 - ``entries/<key>.json``: the manifest, written last and in one request, so a reader sees a whole entry or
-  none: the key, the upload folder, and every file's sha256 and size;
+  none: the key, the upload, and every file's sha256 and size (its place in the pack follows);
 - ``used/<key>``: an empty object rewritten when the entry is served (its time is the last use, for
   ``edgeconv cache prune``).
 
 Every rule of the local cache holds: a file is served only when its bytes have the sha256 and size the
-manifest records (each file is read up to one byte past its size: a longer object is not read whole), and
+manifest records (the pack is read up to one byte past its recorded size: a longer one is not read whole), and
 the served report must name its .tflite (``pipeline._from_cache``). Anything else is a miss and a build.
 Two writers of one key each upload to their own folder, then write the manifest; whichever manifest is
 last names a complete upload. Served entries are copied to the local cache (a read-through copy: one
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import functools
 import hashlib
 import inspect
@@ -50,7 +52,7 @@ from .errors import EdgeconvError
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-FORMAT = 1
+FORMAT = 2  # 2: the files in one pack
 MANIFEST_LIMIT = 1 << 20  # bytes read of a manifest; a longer one is not an entry
 ENTRY_LIMIT = 2 << 30  # bytes an entry may hold (the sum of its files' recorded sizes)
 FILES_LIMIT = 10_000
@@ -168,34 +170,44 @@ class RemoteCache(BuildCache):
             log.warning("cache: remote entry %s is unreadable (%s); building", key[:12], exc)
             return None
         names = sorted(recorded)
-        paths = [f"{self.prefix}/data/{key}/{upload}/{name}" for name in names]
-        got = await asyncio.gather(*(_read(fs, path, recorded[name][1]) for name, path in zip(names, paths,
-                                                                                              strict=True)),
-                                   return_exceptions=True)
+        total = sum(recorded[name][1] for name in names)
+        try:
+            pack = await _read(fs, self._pack(key, upload), total)
+        except FileNotFoundError:
+            pack = None
+        if pack is None or len(pack) != total:
+            log.warning("cache: remote entry %s is corrupt (its pack is %s, not %d bytes as recorded); building",
+                        key[:12], "missing" if pack is None else f"{len(pack)} bytes", total)
+            return None
+        got, start = [], 0
+        for name in names:
+            got.append(pack[start:start + recorded[name][1]])
+            start += recorded[name][1]
         bad = [name for name, data in zip(names, got, strict=True)
-               if not isinstance(data, bytes) or len(data) != recorded[name][1]
-               or hashlib.sha256(data).hexdigest() != recorded[name][0]]
+               if hashlib.sha256(data).hexdigest() != recorded[name][0]]
         if bad:
-            log.warning("cache: remote entry %s is corrupt (%s missing or not as recorded); building", key[:12],
-                        ", ".join(bad))
+            log.warning("cache: remote entry %s is corrupt (%s not as recorded); building", key[:12], ", ".join(bad))
             return None
         if self.access == "read-write":
             try:
                 await fs._pipe_file(f"{self.prefix}/used/{key}", b"")
             except Exception as exc:  # its last use, for prune: best effort
                 log.debug("cache: cannot record the use of %s (%s)", key[:12], _words(exc))
-        return {name: data for name, data in zip(names, got, strict=True) if isinstance(data, bytes)}
+        return dict(zip(names, got, strict=True))
 
     async def _publish(self, fs: Any, key: str, files: dict[str, bytes]) -> None:
         if await fs._exists(self._manifest(key)):
             return  # another job stored it first
         upload = uuid.uuid4().hex
-        await fs._pipe({f"{self.prefix}/data/{key}/{upload}/{name}": data for name, data in files.items()})
+        await fs._pipe_file(self._pack(key, upload), b"".join(files[name] for name in sorted(files)))
         manifest = {"format": FORMAT, "key": key, "upload": upload,
                     "files": {name: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
                               for name, data in sorted(files.items())}}
         await fs._pipe_file(self._manifest(key), json.dumps(manifest, indent=1).encode())
         log.info("cache: entry %s stored in %s", key[:12], self.url)
+
+    def _pack(self, key: str, upload: str) -> str:
+        return f"{self.prefix}/data/{key}/{upload}.pack"
 
     def _manifest(self, key: str) -> str:
         return f"{self.prefix}/entries/{key}.json"
@@ -238,11 +250,19 @@ class RemoteCache(BuildCache):
 
 async def _read(fs: Any, path: str, size: int) -> bytes:
     """An object, read up to one byte past its recorded ``size``: one longer than its record shows as too
-    long without being read whole."""
+    long without being read whole (FileNotFoundError when it is missing)."""
     if size == 0:  # a range of an empty object is refused (HTTP 416): ask its size
         info = await fs._info(path)
         return b"" if int(info.get("size") or 0) == 0 else b"?"
-    return bytes(await fs._cat_file(path, start=0, end=size + 1))
+    try:
+        return bytes(await fs._cat_file(path, start=0, end=size + 1))
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:  # s3fs's answer to HTTP 416: the object is empty
+            raise
+        info = await fs._info(path)
+        if int(info.get("size") or 0) != 0:
+            raise
+        return b""
 
 
 @functools.cache
@@ -335,9 +355,10 @@ async def _list(cache: RemoteCache, fs: Any) -> Listing:
     sizes: dict[tuple[str, str], tuple[int, float]] = {}
     for path, info in data.items():
         parts = path[len(cache.prefix) + 1:].split("/")
-        if len(parts) >= 4 and parts[0] == "data":
-            size, newest = sizes.get((parts[1], parts[2]), (0, 0.0))
-            sizes[(parts[1], parts[2])] = (size + int(info.get("size") or 0), max(newest, _stamp(info)))
+        if len(parts) == 3 and parts[0] == "data" and parts[2].endswith(".pack"):
+            upload = parts[2].removesuffix(".pack")
+            size, newest = sizes.get((parts[1], upload), (0, 0.0))
+            sizes[(parts[1], upload)] = (size + int(info.get("size") or 0), max(newest, _stamp(info)))
     marks = {Path(p).name: _stamp(info) for p, info in used.items()}
     held = [RemoteEntry(k, uploads[k], sizes.get((k, uploads[k] or ""), (0, 0.0))[0],
                         max(_stamp(keys[k]), marks.get(k, 0.0))) for k in keys]
@@ -381,7 +402,7 @@ def remote_prune(url: str, older_than_s: float, now: float | None = None) -> Rem
             await fs._rm(manifests)
         marks = [f"{cache.prefix}/used/{e.key}" for e in old]
         for path in [*marks, *(f"{cache.prefix}/data/{e.key}" for e in old),
-                     *(f"{cache.prefix}/data/{k}/{u}" for k, u in stale)]:
+                     *(cache._pack(k, u) for k, u in stale)]:
             try:
                 await fs._rm(path, recursive=True)
             except FileNotFoundError:

@@ -245,6 +245,7 @@ def _build_single(path: Path, options: Any, *, quiet: bool) -> Any:
     from .many import build_one
 
     outcome, result = build_one(path, options, None if quiet else make_display(sys.stderr))
+    assert outcome is not None
     if outcome.crash_log is not None:
         _say_crash((outcome.error or "").removeprefix("internal error: "), outcome.crash_log)
     elif result is None:

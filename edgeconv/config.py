@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import importlib.util
 import json
 import math
@@ -448,7 +449,12 @@ def toolchain_version(key: str) -> str | None:
 
 
 def installed_toolchain() -> dict[str, str]:
-    """Versions of every installed toolchain part (the keys `requires:` takes)."""
+    """Versions of every installed toolchain part (the keys `requires:` takes); read once per process."""
+    return dict(_installed_toolchain())
+
+
+@functools.cache
+def _installed_toolchain() -> dict[str, str]:
     return {key: v for key in TOOLCHAIN if (v := toolchain_version(key)) is not None}
 
 

@@ -66,15 +66,16 @@ def expand(patterns: Sequence[str]) -> list[Path]:
     return list(dict.fromkeys(paths))
 
 
-def build_one(path: Path, options: BuildOptions, display: Display | None = None
-              ) -> tuple[Outcome, BuildResult | None]:
+def build_one(path: Path, options: BuildOptions, display: Display | None = None, *, cached_only: bool = False
+              ) -> tuple[Outcome | None, BuildResult | None]:
     """One pipeline: its outcome, and the build's result when it built. Its user errors (exit 2) and bugs
     (exit 3, traceback in a crash log) become its outcome, as they would end a single build. ``display``
     shows its progress and log lines; without one, the build prints nothing (the report keeps every
-    finding)."""
+    finding). ``cached_only``: only what needs no TensorFlow (a build served from the cache, a .tflite's
+    checks, a user error); (None, None) when the build must run."""
     from .cache_remote import open_cache
     from .config import load_pipeline
-    from .pipeline import build
+    from .pipeline import build, from_cache
 
     start = time.perf_counter()
     try:
@@ -90,14 +91,25 @@ def build_one(path: Path, options: BuildOptions, display: Display | None = None
             logger.handlers = [logging.NullHandler()]
         cache = None if caching_off(options) else open_cache(options.cache_dir, options.cache_access)
         try:
-            result = build(config, out=options.out, progress=display, suggest_keep_float=options.suggest_keep_float,
-                           cache=cache, baseline=options.baseline, repair=options.repair)
+            if cached_only:
+                if cache is None:
+                    return None, None
+                result = from_cache(config, out=options.out, suggest_keep_float=options.suggest_keep_float,
+                                    cache=cache, baseline=options.baseline, repair=options.repair)
+                if result is None:
+                    return None, None
+            else:
+                result = build(config, out=options.out, progress=display,
+                               suggest_keep_float=options.suggest_keep_float, cache=cache,
+                               baseline=options.baseline, repair=options.repair)
         finally:
             if display is not None:
                 display.stop()
     except EdgeconvError as exc:
         return Outcome(path, Exit.USER, time.perf_counter() - start, error=str(exc)), None
     except Exception as exc:  # a bug, or the toolchain failing: traceback to a log
+        if cached_only:
+            return None, None  # the build in the pool meets it again, and reports it
         return Outcome(path, Exit.INTERNAL, time.perf_counter() - start, error=f"internal error: {crash_words(exc)}",
                        crash_log=crash_log(exc)), None
     return Outcome(path, result.exit_code, time.perf_counter() - start, result.report, result.output_dir,
@@ -135,7 +147,9 @@ def build_many(paths: Sequence[Path], options: BuildOptions, *, jobs: int = 1,
     reports a stage (both in this process, the pipeline named as given); the outcomes in the order of
     ``paths``. ``pause``: stops the drawing thread of whatever shows the stages while a build here forks its
     converter worker (with ``jobs`` 1). Ctrl-C or SIGTERM stops every build (each keeps its previous output)
-    and no pipeline not yet started starts."""
+    and no pipeline not yet started starts. With ``jobs`` > 1, what needs no TensorFlow (builds the cache holds,
+    .tflite checks, pipelines with errors) is done here first; the pool, and its TensorFlow import, only start
+    for the builds that must run."""
     from .console import StageFeed
 
     if jobs < 1:
@@ -147,22 +161,31 @@ def build_many(paths: Sequence[Path], options: BuildOptions, *, jobs: int = 1,
                 feed = (StageFeed(str(path), lambda event: on_stage(*event), pause=pause)
                         if on_stage is not None else None)
                 outcome, _ = build_one(path, options, feed)
+                assert outcome is not None
                 on_outcome(outcome)
                 done.append(outcome)
         return done
     import concurrent.futures
 
     results: dict[Path, Outcome] = {}
+    for path in paths:
+        served, _ = build_one(path, options, cached_only=True)
+        if served is not None:
+            results[path] = served
+            on_outcome(served)
+    if len(results) == len(paths):
+        return [results[p] for p in paths]
+    paths_left = [p for p in paths if p not in results]
     context = pool_context()
     forked = context.get_start_method() == "fork"
     # A SimpleQueue: a pipe written under a lock, no feeder thread (a pool process's build forks its converter
     # worker only while no other thread runs), read here between waits (no thread here either).
     stages = context.SimpleQueue() if on_stage is not None else None
-    with concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=context,
+    with concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(paths_left)), mp_context=context,
                                                 initializer=_pool_process_init, initargs=(forked, stages)) as pool:
         try:
             with _frozen_while_forking(forked):
-                futures = {pool.submit(_build_in_pool, p, options): p for p in paths}
+                futures = {pool.submit(_build_in_pool, p, options): p for p in paths_left}
             pending = set(futures)
             while pending:
                 finished, pending = concurrent.futures.wait(pending, timeout=0.1,
@@ -195,7 +218,9 @@ _STAGES: multiprocessing.queues.SimpleQueue[tuple[str, str, int, int]] | None = 
 def _build_in_pool(path: Path, options: BuildOptions) -> Outcome:
     from .console import StageFeed
 
-    return build_one(path, options, StageFeed(str(path), _STAGES.put) if _STAGES is not None else None)[0]
+    outcome = build_one(path, options, StageFeed(str(path), _STAGES.put) if _STAGES is not None else None)[0]
+    assert outcome is not None
+    return outcome
 
 
 @contextlib.contextmanager

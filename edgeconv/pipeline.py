@@ -107,16 +107,40 @@ def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = Non
         can_suggest(config, targets)
     key = None
     if cache is not None:
-        key, why = cache.key(config, out_dir, suggest_keep_float, base)
-        if key is None:
-            log.info("cache: not cacheable: %s", why)
-        elif (files := cache.load(key)) is not None and (
-                served := _from_cache(config, out_dir, targets, key, files)) is not None:
+        key, served = _served(config, out_dir, targets, base, cache, suggest_keep_float)
+        if served is not None:
             return served
     result = _run(config, out_dir, targets, progress, suggest_keep_float, base)
     if cache is not None and key is not None:
         cache.store(key, out_dir)
     return result
+
+
+def from_cache(pipeline: str | Path | PipelineConfig, *, cache: BuildCache, out: str | Path | None = None,
+               suggest_keep_float: bool = False, baseline: str | Path | None = None,
+               repair: bool = False) -> BuildResult | None:
+    """What :func:`build` writes and returns when it needs no TensorFlow: an unchanged build served from
+    ``cache``, or a .tflite model's checks; None when the build must run."""
+    config = pipeline if isinstance(pipeline, PipelineConfig) else load_pipeline(pipeline)
+    if repair and not config.repair.enabled:
+        config = with_repair(config)
+    out_dir, targets, base = _prepare(config, out, baseline)
+    if config.model.resolved_format() is ModelFormat.TFLITE:
+        return _check_existing(config, out_dir, targets, base)
+    if suggest_keep_float:
+        can_suggest(config, targets)
+    return _served(config, out_dir, targets, base, cache, suggest_keep_float)[1]
+
+
+def _served(config: PipelineConfig, out_dir: Path, targets: list[Target], base: rm.Report | None, cache: BuildCache,
+            suggest_keep_float: bool) -> tuple[str | None, BuildResult | None]:
+    """The build's cache key (None: not cacheable), and the build served from the cache when it holds it."""
+    key, why = cache.key(config, out_dir, suggest_keep_float, base)
+    if key is None:
+        log.info("cache: not cacheable: %s", why)
+        return None, None
+    files = cache.load(key)
+    return key, (_from_cache(config, out_dir, targets, key, files) if files is not None else None)
 
 
 def _prepare(config: PipelineConfig, out: str | Path | None,

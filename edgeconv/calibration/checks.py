@@ -10,7 +10,9 @@ declared input range, and with the input quantization the converter chose.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -394,8 +396,16 @@ def quantized_view(model: TFLiteModel, index: int) -> Any:
 
 
 def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes; read once per process while its size, time and inode stay the same (a zoo's
+    pipelines share their data files, and edgeconv's own sources are in every cache key)."""
+    st = path.stat()
+    return _file_sha256(os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_sha256(path: str, size: int, mtime_ns: int, inode: int) -> str:
     h = hashlib.sha256()
-    with path.open("rb") as f:
+    with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()

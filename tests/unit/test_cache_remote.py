@@ -77,66 +77,48 @@ def _stored(url: str, tmp_path: Path, files: dict[str, bytes] = FILES, key: str 
     return cache
 
 
-def _data_key(s3_server: S3Server, url: str, name: str) -> str:
-    """The object key of one file of the stored entry."""
+def _pack_key(s3_server: S3Server, url: str) -> str:
+    """The object key of the stored entry's pack (its files end to end, in the order of their names)."""
     prefix = url.removeprefix("s3://").partition("/")[2]
-    return next(k for k in _objects(s3_server, url) if k.startswith(f"{prefix}/data/") and k.endswith("/" + name))
+    (found,) = [k for k in _objects(s3_server, url) if k.startswith(f"{prefix}/data/") and k.endswith(".pack")]
+    return found
 
 
-def test_a_fresh_runner_is_served_what_another_stored_and_keeps_a_local_copy(
-        s3_server: S3Server, bucket: str, tmp_path: Path) -> None:
-    writer = _stored(bucket, tmp_path)
-    assert writer.access == "read-write"
-    prefix = bucket.removeprefix("s3://").partition("/")[2]
-    held = _objects(s3_server, bucket)
-    manifest = json.loads(held[f"{prefix}/entries/{KEY}.json"])
-    assert manifest["key"] == KEY and sorted(manifest["files"]) == sorted(FILES)
-    assert {name: r["sha256"] for name, r in manifest["files"].items()} == {
-        n: hashlib.sha256(d).hexdigest() for n, d in FILES.items()}
-
-    reader = RemoteCache(bucket, tmp_path / "fresh")
-    assert reader.load(KEY) == FILES
-    assert f"{prefix}/used/{KEY}" in _objects(s3_server, bucket)  # the use, for prune
-    # The read-through copy: a second load on this runner is local (the remote entry is gone, still served).
-    _s3(s3_server).delete_object(Bucket=bucket.split("/")[2], Key=f"{prefix}/entries/{KEY}.json")
-    assert RemoteCache(bucket, tmp_path / "fresh").load(KEY) == FILES
-    assert RemoteCache(bucket, tmp_path / "another").load(KEY) is None
+ORDER = sorted(FILES)  # explorer/overlay.json (2 bytes), m.tflite (772), report.json (19)
+PACK = b"".join(FILES[name] for name in ORDER)
 
 
-def test_a_second_writer_of_a_stored_key_uploads_nothing(s3_server: S3Server, bucket: str, tmp_path: Path) -> None:
-    _stored(bucket, tmp_path)
-    before = _objects(s3_server, bucket)
-    _stored(bucket, tmp_path, {**FILES, "report.json": b'{"verdict": "other"}'})
-    assert _objects(s3_server, bucket).keys() == before.keys()
+def _flip(at: int) -> Any:
+    return lambda pack: pack[:at] + bytes([pack[at] ^ 1]) + pack[at + 1:]
 
 
-@pytest.mark.parametrize(("name", "change", "why"), [
-    ("m.tflite", lambda d: d[:-1] + bytes([d[-1] ^ 1]), "tampered"),
-    ("m.tflite", lambda d: d[: len(d) // 2], "truncated"),
-    ("m.tflite", lambda d: d + b"more", "longer than recorded"),
-    ("report.json", lambda d: b"", "emptied"),
+@pytest.mark.parametrize(("change", "said"), [
+    (_flip(0), "explorer/overlay.json not as recorded"),
+    (_flip(2 + 400), "m.tflite not as recorded"),
+    (_flip(len(PACK) - 1), "report.json not as recorded"),
+    (lambda pack: pack[: len(pack) // 2], f"its pack is {len(PACK) // 2} bytes, not {len(PACK)} bytes as recorded"),
+    (lambda pack: pack + b"more", f"its pack is {len(PACK) + 1} bytes, not {len(PACK)} bytes as recorded"),
+    (lambda pack: b"", f"its pack is 0 bytes, not {len(PACK)} bytes as recorded"),
+    (None, f"its pack is missing, not {len(PACK)} bytes as recorded"),
 ])
-def test_a_remote_file_not_as_recorded_is_a_miss_and_nothing_is_copied(
-        s3_server: S3Server, bucket: str, tmp_path: Path, caplog: pytest.LogCaptureFixture,
-        name: str, change: Any, why: str) -> None:
+def test_a_remote_pack_not_as_recorded_is_a_miss_and_nothing_is_copied(
+        s3_server: S3Server, bucket: str, tmp_path: Path, caplog: pytest.LogCaptureFixture, change: Any,
+        said: str) -> None:
     _stored(bucket, tmp_path)
-    key = _data_key(s3_server, bucket, name)
-    _put(s3_server, bucket, key, change(_objects(s3_server, bucket)[key]))
+    key = _pack_key(s3_server, bucket)
+    assert _objects(s3_server, bucket)[key] == PACK
+    if change is None:
+        _s3(s3_server).delete_object(Bucket=bucket.split("/")[2], Key=key)
+    else:
+        _put(s3_server, bucket, key, change(PACK))
     reader = RemoteCache(bucket, tmp_path / "fresh")
-    assert reader.load(KEY) is None, why
-    assert f"cache: remote entry {KEY[:12]} is corrupt ({name} missing or not as recorded); building" in caplog.messages
+    assert reader.load(KEY) is None
+    assert f"cache: remote entry {KEY[:12]} is corrupt ({said}); building" in caplog.messages
     assert not (tmp_path / "fresh").exists() or not any((tmp_path / "fresh").rglob("entry.json"))
 
 
-def test_a_missing_file_is_a_miss(s3_server: S3Server, bucket: str, tmp_path: Path) -> None:
-    _stored(bucket, tmp_path)
-    key = _data_key(s3_server, bucket, "overlay.json")
-    _s3(s3_server).delete_object(Bucket=bucket.split("/")[2], Key=key)
-    assert RemoteCache(bucket, tmp_path / "fresh").load(KEY) is None
-
-
 def _manifest_bytes(**change: Any) -> bytes:
-    meta: dict[str, Any] = {"format": 1, "key": KEY, "upload": "0" * 32,
+    meta: dict[str, Any] = {"format": 2, "key": KEY, "upload": "0" * 32,
                             "files": {"m.tflite": {"sha256": "a" * 64, "bytes": 3}}}
     meta.update(change)
     return json.dumps(meta).encode()
@@ -146,7 +128,7 @@ def _manifest_bytes(**change: Any) -> bytes:
     (b"\xff\xfe", "its manifest is not JSON"),
     (b"[]", "its manifest names another key or format"),
     (_manifest_bytes(key="b" * 64), "its manifest names another key or format"),
-    (_manifest_bytes(format=2), "its manifest names another key or format"),
+    (_manifest_bytes(format=1), "its manifest names another key or format"),
     (_manifest_bytes(upload="../../x"), "its manifest has no upload folder or file list"),
     (_manifest_bytes(files={}), "its manifest lists 0 files"),
     (_manifest_bytes(files={"../../etc/passwd": {"sha256": "a" * 64, "bytes": 1}}),
@@ -225,7 +207,7 @@ def test_a_writer_killed_mid_upload_leaves_no_entry_and_prune_removes_its_upload
     assert killed.returncode == -9, killed.stderr
     prefix = bucket.removeprefix("s3://").partition("/")[2]
     held = _objects(s3_server, bucket)
-    assert sum(k.startswith(f"{prefix}/data/") for k in held) == len(FILES)  # every file, no manifest
+    assert sum(k.startswith(f"{prefix}/data/") for k in held) == 1  # the whole pack, and no manifest
     assert not any(k.startswith(f"{prefix}/entries/") for k in held)
     assert RemoteCache(bucket, tmp_path / "fresh").load(KEY) is None
     listing = remote_entries(bucket)
