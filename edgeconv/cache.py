@@ -30,17 +30,18 @@ from typing import Any
 
 from . import report_model as rm
 from .calibration.checks import path_sha256
-from .config import PipelineConfig, installed_toolchain, resolved_yaml
+from .config import PipelineConfig, installed_toolchain, resolved_data
 from .output import MARKER
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2  # bump when what an entry holds changes (2: the sha256 of every file)
+FORMAT = 3  # bump when what an entry holds or the key hashes changes (2: every file's sha256; 3: JSON pipeline)
 # Libraries on the path from the data to the bytes that are not toolchain parts of their own (TOOLCHAIN is
 # also what target files' `requires:` names): image decoding, .h5 reading, the protobuf and flatbuffers
 # runtimes that read and write the models, Keras 2 for old SavedModels, ml_dtypes for float16/bfloat16.
 LIBRARIES = ("pillow", "h5py", "protobuf", "flatbuffers", "tf-keras", "ml-dtypes", "scikit-image", "tensorflow-io")
 _PACKAGE = Path(__file__).resolve().parent
+_PACKAGE_INSTALLED = _PACKAGE
 
 
 def default_dir() -> Path:
@@ -105,12 +106,12 @@ class BuildCache:
         base = config.source.parent
         inputs: dict[str, Any] = {
             "format": FORMAT,
-            "pipeline": resolved_yaml(config, out_dir),
+            "pipeline": resolved_data(config, out_dir),
             "output_dir": os.path.relpath(out_dir, base),
             "suggest_keep_float": suggest_keep_float,
             "toolchain": installed_toolchain(),
             "libraries": library_versions(),
-            "edgeconv_sources": path_sha256(_PACKAGE),
+            "edgeconv_sources": sources_sha256(_PACKAGE),
             "model": path_sha256(config.model.path),
             "baseline": baseline,
         }
@@ -131,7 +132,7 @@ class BuildCache:
         for target in config.targets:
             if Path(target).is_file():
                 inputs[f"target:{target}"] = path_sha256(Path(target))
-        text = json.dumps(inputs, sort_keys=True)
+        text = json.dumps(inputs, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest(), "cacheable"
 
     def _entry(self, key: str) -> Path:
@@ -208,6 +209,18 @@ class BuildCache:
             log.warning("cache: cannot write %s (%s); the build is not cached", self.root, exc.strerror)
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
+
+
+def sources_sha256(package: Path) -> str:
+    """sha256 of edgeconv's own sources (``path_sha256`` of the package folder): computed once per process
+    for the installed package (its files do not change under a running edgeconv), every time for another
+    folder."""
+    return _installed_sources() if package == _PACKAGE_INSTALLED else path_sha256(package)
+
+
+@functools.cache
+def _installed_sources() -> str:
+    return path_sha256(_PACKAGE_INSTALLED)
 
 
 def library_versions() -> dict[str, str]:

@@ -31,6 +31,8 @@ it: the build forks its converter worker only while no other thread runs).
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import dataclasses
 import errno
 import functools
@@ -40,6 +42,7 @@ import json
 import logging
 import os
 import re
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -72,7 +75,16 @@ def open_cache(where: str | Path | None, access: str | None = None) -> BuildCach
     found = location(where)
     if isinstance(found, Path):
         return BuildCache(found)
-    return RemoteCache(found, default_dir(), access)
+    local = default_dir()
+    held = _REMOTES.get((found, local))
+    if held is None or held.pid != os.getpid():
+        held = _REMOTES[(found, local)] = RemoteCache(found, local, access)
+    elif access is not None:
+        held.access = access
+    return held
+
+
+_REMOTES: dict[tuple[str, Path], RemoteCache] = {}  # one per process: what it learnt (access, absent keys) lasts
 
 
 class RemoteCache(BuildCache):
@@ -82,10 +94,12 @@ class RemoteCache(BuildCache):
     def __init__(self, url: str, local: Path, access: str | None = None) -> None:
         super().__init__(local)
         self.url = url.rstrip("/")
+        self.pid = os.getpid()
         self.protocol, _, rest = self.url.partition("://")
         self.prefix = rest
         self.access = access
         self.note: str | None = None  # the probe's line when the cache is not read-write
+        self.absent: set[str] = set()  # keys found missing or bad remotely in this process: not asked again
 
     # -- the operations -------------------------------------------------------------------------------
 
@@ -120,9 +134,41 @@ class RemoteCache(BuildCache):
             log.warning("%s", self.note)
         return self.access
 
+    def prefetch(self, keys: list[str]) -> int:
+        """Fetch the entries of ``keys`` this runner holds no copy of into its local copy, up to 16 at a time
+        (a zoo's hits cost one round of requests, not one per pipeline); how many were fetched."""
+        wanted = [k for k in dict.fromkeys(keys)
+                  if k not in self.absent and not (self._entry(k) / "entry.json").is_file()]
+        if not wanted or (self.access or self.probe()) == "down":
+            return 0
+        limit = asyncio.Semaphore(16)
+
+        async def one(fs: Any, key: str) -> dict[str, bytes] | None:
+            async with limit:
+                return await self._fetch(fs, key)
+
+        async def work(fs: Any) -> list[dict[str, bytes] | BaseException | None]:
+            return list(await asyncio.gather(*(one(fs, k) for k in wanted), return_exceptions=True))
+
+        try:
+            got = self._run(work)
+        except Exception as exc:
+            self.access = "down"
+            log.warning("cache: %s failed while reading %d entries (%s); building without it", self.url,
+                        len(wanted), _words(exc))
+            return 0
+        fetched = 0
+        for key, files in zip(wanted, got, strict=True):
+            if isinstance(files, dict):
+                super().store_files(key, files)
+                fetched += 1
+            elif files is None:
+                self.absent.add(key)
+        return fetched
+
     def load(self, key: str) -> dict[str, bytes] | None:
         files = super().load(key)
-        if files is not None or (self.access or self.probe()) == "down":
+        if files is not None or key in self.absent or (self.access or self.probe()) == "down":
             return files
         start = time.perf_counter()
         try:
@@ -133,6 +179,7 @@ class RemoteCache(BuildCache):
                         _words(exc))
             return None
         if fetched is None:
+            self.absent.add(key)
             return None
         log.info("cache: entry %s fetched from %s (%d files, %d bytes, %.2f s)", key[:12], self.url,
                  len(fetched), sum(len(d) for d in fetched.values()), time.perf_counter() - start)
@@ -171,10 +218,12 @@ class RemoteCache(BuildCache):
             return None
         names = sorted(recorded)
         total = sum(recorded[name][1] for name in names)
-        try:
-            pack = await _read(fs, self._pack(key, upload), total)
-        except FileNotFoundError:
-            pack = None
+        # The use is recorded (for prune) while the pack is read: best effort, and harmless for a bad entry.
+        used = self._record_use(fs, key) if self.access == "read-write" else asyncio.sleep(0)
+        read, _ = await asyncio.gather(_read(fs, self._pack(key, upload), total), used, return_exceptions=True)
+        if isinstance(read, BaseException) and not isinstance(read, FileNotFoundError):
+            raise read
+        pack = read if isinstance(read, bytes) else None
         if pack is None or len(pack) != total:
             log.warning("cache: remote entry %s is corrupt (its pack is %s, not %d bytes as recorded); building",
                         key[:12], "missing" if pack is None else f"{len(pack)} bytes", total)
@@ -188,12 +237,13 @@ class RemoteCache(BuildCache):
         if bad:
             log.warning("cache: remote entry %s is corrupt (%s not as recorded); building", key[:12], ", ".join(bad))
             return None
-        if self.access == "read-write":
-            try:
-                await fs._pipe_file(f"{self.prefix}/used/{key}", b"")
-            except Exception as exc:  # its last use, for prune: best effort
-                log.debug("cache: cannot record the use of %s (%s)", key[:12], _words(exc))
         return dict(zip(names, got, strict=True))
+
+    async def _record_use(self, fs: Any, key: str) -> None:
+        try:
+            await fs._pipe_file(f"{self.prefix}/used/{key}", b"")
+        except Exception as exc:  # its last use, for prune: best effort
+            log.debug("cache: cannot record the use of %s (%s)", key[:12], _words(exc))
 
     async def _publish(self, fs: Any, key: str, files: dict[str, bytes]) -> None:
         if await fs._exists(self._manifest(key)):
@@ -215,37 +265,85 @@ class RemoteCache(BuildCache):
     # -- running them -----------------------------------------------------------------------------------
 
     def _run(self, work: Callable[[Any], Awaitable[T]]) -> T:
-        """``work(fs)`` in an event loop of its own, on a filesystem made for it and closed after it."""
-        import fsspec
+        """``work(fs)`` on this process's connection to the store (an event loop and a client kept between
+        operations, run only during one, with no thread left after it)."""
+        connection = _connection(self.protocol, self.url)
+        return connection.run(work)
 
+
+class _Connection:
+    """An event loop and a filesystem client for one store, kept for the process: a client costs 20-40 ms to
+    make, more than a hit's requests. The loop runs only inside :meth:`run`, in the calling thread; the
+    threads it may start (name resolution) are joined before :meth:`run` returns, so a build can still fork
+    its converter worker. A forked child makes its own (the parent's sockets are not its to use)."""
+
+    def __init__(self, cls: Any, options: dict[str, Any]) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        if cls.async_impl:
+            self.fs = cls(asynchronous=True, skip_instance_cache=True, loop=self.loop, **options)
+        else:
+            from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
+
+            self.fs = AsyncFileSystemWrapper(cls(skip_instance_cache=True, **options))
+        self.session: Any = None
+
+    def run(self, work: Callable[[Any], Awaitable[T]]) -> T:
+        from concurrent.futures import ThreadPoolExecutor
+
+        executor = ThreadPoolExecutor(max_workers=4)
+        self.loop.set_default_executor(executor)
         try:
-            cls = fsspec.get_filesystem_class(self.protocol)
-        except (ImportError, ValueError) as exc:
-            raise EdgeconvError(f"cache {self.url}: {exc} (pip install 'edgeconv[remote-cache]' for s3:// and "
-                                "gs://)") from exc
+            if self.session is None and hasattr(self.fs, "set_session"):
+                self.session = self.loop.run_until_complete(self.fs.set_session())
+            return self.loop.run_until_complete(asyncio.wait_for(work(self.fs), OPERATION_TIMEOUT_S))
+        finally:
+            executor.shutdown(wait=True)
 
-        async def main() -> T:
-            options = dict(_OPTIONS.get(self.protocol, {}))
-            if self.protocol in ("s3", "s3a"):
-                options["session"] = _aio_session(tuple(sorted((k, v) for k, v in os.environ.items()
-                                                               if k.startswith("AWS_"))))
-            if cls.async_impl:
-                fs = cls(asynchronous=True, skip_instance_cache=True, **options)
-            else:
-                from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
+    def close(self) -> None:
+        if self.pid != os.getpid() or self.loop.is_closed():
+            return
+        closing = getattr(self.session, "close", None)
+        with contextlib.suppress(Exception):
+            if closing is not None:
+                closed = closing()
+                if inspect.isawaitable(closed):
+                    self.loop.run_until_complete(closed)
+        self.loop.close()
 
-                fs = AsyncFileSystemWrapper(cls(skip_instance_cache=True, **options))
-            session = await fs.set_session() if hasattr(fs, "set_session") else None
-            try:
-                return await asyncio.wait_for(work(fs), OPERATION_TIMEOUT_S)
-            finally:
-                closing = getattr(session, "close", None)
-                if closing is not None:
-                    closed = closing()
-                    if inspect.isawaitable(closed):
-                        await closed
 
-        return asyncio.run(main())
+_CONNECTIONS: dict[tuple[str, tuple[tuple[str, str], ...], int], _Connection] = {}
+_INHERITED: list[_Connection] = []  # a forked child's copies of its parent's: kept, never used or closed
+
+
+def _connection(protocol: str, url: str) -> _Connection:
+    """This process's (and thread's: a loop runs in one thread at a time) connection for ``protocol`` and the
+    ``AWS_*`` variables as they are now."""
+    import fsspec
+
+    aws = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+    ident = (protocol, aws, threading.get_ident())
+    held = _CONNECTIONS.get(ident)
+    if held is not None and held.pid == os.getpid():
+        return held
+    if held is not None:
+        _INHERITED.append(held)
+    try:
+        cls = fsspec.get_filesystem_class(protocol)
+    except (ImportError, ValueError) as exc:
+        raise EdgeconvError(f"cache {url}: {exc} (pip install 'edgeconv[remote-cache]' for s3:// and gs://)") from exc
+    options = dict(_OPTIONS.get(protocol, {}))
+    if protocol in ("s3", "s3a"):
+        options["session"] = _aio_session(aws)
+    if not _CONNECTIONS:
+        atexit.register(_close_connections)
+    made = _CONNECTIONS[ident] = _Connection(cls, options)
+    return made
+
+
+def _close_connections() -> None:
+    for connection in _CONNECTIONS.values():
+        connection.close()
 
 
 async def _read(fs: Any, path: str, size: int) -> bytes:

@@ -1077,7 +1077,14 @@ def resolved_yaml(config: PipelineConfig, base_dir: Path,
     Written next to the built model, so that it can be rebuilt from there.
     ``graph_io`` are the inputs and outputs a GraphDef loader chose.
     """
-    data = dump_value(config, base_dir)
+    header = f"# Resolved by edgeconv from {config.source.name}: every setting, defaults included.\n"
+    return header + _yaml.dump(resolved_data(config, base_dir, graph_io))
+
+
+def resolved_data(config: PipelineConfig, base_dir: Path,
+                  graph_io: tuple[list[str], list[str]] | None = None) -> dict[str, Any]:
+    """What :func:`resolved_yaml` writes, as data (the build cache's key takes it as JSON: 1 ms, not 15)."""
+    data: dict[str, Any] = dump_value(config, base_dir)
     data["name"] = config.build_name
     for section in ("calibration", "evaluation"):
         cfg = getattr(config, section)
@@ -1103,8 +1110,7 @@ def resolved_yaml(config: PipelineConfig, base_dir: Path,
         for key in ("batch_size", "input_shapes"):
             data["model"].pop(key, None)
     data["output"]["dir"] = "."
-    header = f"# Resolved by edgeconv from {config.source.name}: every setting, defaults included.\n"
-    return header + _yaml.dump(data)
+    return data
 
 
 def pipeline_json_schema() -> dict[str, Any]:

@@ -168,6 +168,7 @@ def build_many(paths: Sequence[Path], options: BuildOptions, *, jobs: int = 1,
     import concurrent.futures
 
     results: dict[Path, Outcome] = {}
+    _prefetch(paths, options)
     for path in paths:
         served, _ = build_one(path, options, cached_only=True)
         if served is not None:
@@ -200,6 +201,28 @@ def build_many(paths: Sequence[Path], options: BuildOptions, *, jobs: int = 1,
             pool.shutdown(wait=True, cancel_futures=True)
             raise
     return [results[p] for p in paths]
+
+
+def _prefetch(paths: Sequence[Path], options: BuildOptions) -> None:
+    """A remote cache's entries for every pipeline fetched at once, before they are served one by one."""
+    from .cache import location
+    from .cache_remote import RemoteCache, open_cache
+    from .pipeline import cache_key
+
+    if caching_off(options) or not isinstance(location(options.cache_dir), str):
+        return
+    cache = open_cache(options.cache_dir, options.cache_access)
+    assert isinstance(cache, RemoteCache)
+    keys = []
+    for path in paths:
+        try:
+            key = cache_key(path, cache=cache, out=options.out, suggest_keep_float=options.suggest_keep_float,
+                            baseline=options.baseline, repair=options.repair)
+        except Exception:
+            continue
+        if key is not None:
+            keys.append(key)
+    cache.prefetch(keys)
 
 
 def _relay(stages: multiprocessing.queues.SimpleQueue[tuple[str, str, int, int]] | None,

@@ -121,15 +121,31 @@ def from_cache(pipeline: str | Path | PipelineConfig, *, cache: BuildCache, out:
                repair: bool = False) -> BuildResult | None:
     """What :func:`build` writes and returns when it needs no TensorFlow: an unchanged build served from
     ``cache``, or a .tflite model's checks; None when the build must run."""
+    config, out_dir, targets, base = _setup(pipeline, out, baseline, repair, suggest_keep_float)
+    if config.model.resolved_format() is ModelFormat.TFLITE:
+        return _check_existing(config, out_dir, targets, base)
+    return _served(config, out_dir, targets, base, cache, suggest_keep_float)[1]
+
+
+def cache_key(pipeline: str | Path | PipelineConfig, *, cache: BuildCache, out: str | Path | None = None,
+              suggest_keep_float: bool = False, baseline: str | Path | None = None,
+              repair: bool = False) -> str | None:
+    """The key :func:`build` looks the pipeline up by in ``cache`` (None: not cacheable, or a .tflite)."""
+    config, out_dir, _, base = _setup(pipeline, out, baseline, repair, suggest_keep_float)
+    if config.model.resolved_format() is ModelFormat.TFLITE:
+        return None
+    return cache.key(config, out_dir, suggest_keep_float, base)[0]
+
+
+def _setup(pipeline: str | Path | PipelineConfig, out: str | Path | None, baseline: str | Path | None, repair: bool,
+           suggest_keep_float: bool) -> tuple[PipelineConfig, Path, list[Target], rm.Report | None]:
     config = pipeline if isinstance(pipeline, PipelineConfig) else load_pipeline(pipeline)
     if repair and not config.repair.enabled:
         config = with_repair(config)
     out_dir, targets, base = _prepare(config, out, baseline)
-    if config.model.resolved_format() is ModelFormat.TFLITE:
-        return _check_existing(config, out_dir, targets, base)
-    if suggest_keep_float:
+    if suggest_keep_float and config.model.resolved_format() is not ModelFormat.TFLITE:
         can_suggest(config, targets)
-    return _served(config, out_dir, targets, base, cache, suggest_keep_float)[1]
+    return config, out_dir, targets, base
 
 
 def _served(config: PipelineConfig, out_dir: Path, targets: list[Target], base: rm.Report | None, cache: BuildCache,

@@ -220,12 +220,15 @@ def test_a_writer_killed_mid_upload_leaves_no_entry_and_prune_removes_its_upload
     assert RemoteCache(bucket, tmp_path / "fresh3").load(KEY) == FILES
 
 
-def test_writers_racing_on_one_key_leave_one_whole_entry(s3_server: S3Server, bucket: str, tmp_path: Path) -> None:
+def test_writers_racing_on_one_key_leave_one_whole_entry(s3_server: S3Server, bucket: str, tmp_path: Path,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
     variants = [{name: data + f"-{i}".encode() for name, data in FILES.items()} for i in range(6)]
     with ThreadPoolExecutor(6) as pool:
-        list(pool.map(lambda files: _stored(bucket, tmp_path, files), variants))
+        writers = list(pool.map(lambda files: _stored(bucket, tmp_path, files), variants))
+    assert [w.access for w in writers] == ["read-write"] * 6
     served = RemoteCache(bucket, tmp_path / "fresh").load(KEY)
     assert served in variants  # every file from one writer, never a mix
+    assert not [m for m in caplog.messages if "unreachable" in m or "failed" in m]
 
 
 def test_a_read_only_consumer_is_served_hits_and_stores_nothing(

@@ -241,3 +241,21 @@ def test_unsharded_results_merge_alone(zoo: Path, capsys: pytest.CaptureFixture[
     assert main(["summary", "all.json", "all.json"]) == 2
     assert capsys.readouterr().err == ("edgeconv: error: 2 results files of unsharded builds: merge the shards of one "
                                        "matrix\n")
+
+
+def test_the_regressions_against_the_baseline_come_first(zoo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A zoo built against last release's report: what got worse leads the merged summary and the table."""
+    assert main(["build", "pipelines/conv2d-relu.yaml", "--no-cache", "--out", "base"]) == 0
+    with (zoo / "pipelines" / "sin-island.yaml").open("a") as f:
+        f.write("gates: {max_size_growth: 0.1}\n")
+    for k in (1, 2, 3):
+        main(["build", "pipelines/*.yaml", "--no-cache", "--baseline", "base", "--shard", f"{k}/3", "--results-json",
+              f"r{k}.json"])
+    capsys.readouterr()
+    assert main(["summary", "r1.json", "r2.json", "r3.json", "--summary", "merged.md"]) == 1
+    grew = ("model size grew +344 bytes (+30.7%: 1,120 -> 1,464) > max_size_growth 10.0%")
+    assert (zoo / "merged.md").read_text().startswith(
+        "## edgeconv: FAIL\n\n### Regressions against the baseline\n\n"
+        f"- `pipelines/sin-island.yaml` (sin-island): {grew}\n\n| pipeline |")
+    out = capsys.readouterr().out
+    assert out.index("Regressions against the baseline") < out.index("Why")
