@@ -355,3 +355,22 @@ def test_an_unknown_protocol_is_a_clear_error(tmp_path: Path, capsys: pytest.Cap
     err = capsys.readouterr().err
     assert err.startswith("edgeconv: error: cache nosuchproto://b/p: Protocol not known: nosuchproto")
     assert tree(tmp_path) == before
+
+
+def test_prefetch_fetches_every_entry_at_once_and_asks_once_for_a_bad_one(
+        s3_server: S3Server, bucket: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    keys = [hashlib.sha256(f"build {i}".encode()).hexdigest() for i in range(4)]
+    for i, key in enumerate(keys[:3]):
+        _stored(bucket, tmp_path, {"m.tflite": bytes([i]) * (10 + i)}, key)
+    prefix = bucket.removeprefix("s3://").partition("/")[2]
+    bad = next(k for k in _objects(s3_server, bucket) if k.startswith(f"{prefix}/data/{keys[2]}/"))
+    _put(s3_server, bucket, bad, b"\x09" * 12)
+    reader = RemoteCache(bucket, tmp_path / "fresh")
+    assert reader.prefetch([*keys, keys[0]]) == 2  # the two good ones; the bad one and the absent one are misses
+    assert reader.absent == {keys[2], keys[3]}
+    assert [len(list((tmp_path / "fresh").glob("*/*/entry.json")))] == [2]
+    assert reader.load(keys[0]) == {"m.tflite": b"\x00" * 10}
+    assert reader.load(keys[2]) is None and reader.load(keys[3]) is None
+    corrupt = [m for m in caplog.messages if "corrupt" in m]
+    assert corrupt == [f"cache: remote entry {keys[2][:12]} is corrupt (m.tflite not as recorded); building"]
+    assert reader.prefetch(keys) == 0  # nothing left to fetch
