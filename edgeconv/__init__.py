@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:
+    from .checking import check
     from .config import PipelineConfig, load_pipeline
     from .errors import ConfigError, DataError, EdgeconvError, InternalError, ModelError, ModelFileError, OutputError
-    from .pipeline import build, check
+    from .pipeline import build
     from .results import BuildResult, CheckResult
 
 __all__ = [
@@ -33,7 +34,7 @@ __all__ = [
 # Where each public name lives. They are imported on first use, so ``edgeconv --help`` (which imports
 # this package) loads neither numpy nor YAML.
 _HOMES = {"PipelineConfig": "config", "load_pipeline": "config", "BuildResult": "results", "CheckResult": "results",
-          "build": "pipeline", "check": "pipeline", **{n: "errors" for n in __all__ if n.endswith("Error")}}
+          "build": "pipeline", "check": "checking", **{n: "errors" for n in __all__ if n.endswith("Error")}}
 
 
 def __getattr__(name: str) -> Any:

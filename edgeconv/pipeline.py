@@ -11,7 +11,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,9 +23,9 @@ from .calibration.checks import (
 )
 from .calibration.samples import Progress
 from .calibration.stage import DataStage, data_stage, quantization_findings
+from .checking import check as check
 from .clock import Clock
 from .config import (
-    GatesConfig,
     ModelFormat,
     PipelineConfig,
     load_pipeline,
@@ -34,13 +34,13 @@ from .config import (
 from .converters.loaders import forget_user_code, load_stage
 from .converters.model import LoadedModel
 from .converters.stage import Converted, convert_stage, converts_again
-from .converters.tflite_reader import parse_tflite, read_tflite
+from .converters.tflite_reader import parse_tflite
 from .diff import against_baseline, load_report
 from .errors import OutputError, rel
-from .gates import check_limits, gate_limits
+from .gates import gate_limits
 from .passes.graph import canonical
 from .report_sections import assemble, data_json, model_json, quantization_json
-from .results import BuildResult, CheckResult
+from .results import BuildResult
 from .targets import is_target_file, load_target
 from .targets.checker import TargetResult, check_model, check_targets
 from .targets.target import Target
@@ -55,30 +55,6 @@ if TYPE_CHECKING:
     from .converters.tflite_export import Worker
 
 log = logging.getLogger(__name__)
-
-
-def check(model_path: str | Path, targets: Sequence[str] = ("generic-int8",),
-          gates: GatesConfig | None = None, *, reference_inputs: str | Path | None = None,
-          max_drift_lsb: int | None = None) -> CheckResult:
-    """Check a .tflite file against targets (and gates). No TensorFlow involved. Accelerator targets
-    must run the default share of the MACs (verdict.DEFAULTS) unless ``gates`` says otherwise. With
-    ``reference_inputs`` (an .npz as `edgeconv reference` reads it) each target's runtime here is compared
-    with edgeconv's reference on its first samples, gated by ``max_drift_lsb``."""
-    loaded = [load_target(name) for name in targets]
-    start = time.perf_counter()
-    model = read_tflite(model_path)
-    log.debug("read %s: %d ops in %d subgraph(s), %d tensors, in %.0f ms", rel(Path(model_path)), len(model.ops),
-              len(model.subgraphs), sum(len(s.tensors) for s in model.subgraphs), (time.perf_counter() - start) * 1e3)
-    results = tuple(check_model(model, t) for t in loaded)
-    log.debug("checked against %s in %.0f ms", ", ".join(t.name for t in loaded), (time.perf_counter() - start) * 1e3)
-    limits = dataclasses.replace(check_limits(gates or GatesConfig()), max_runtime_drift_lsb=max_drift_lsb)
-    drift = None
-    if reference_inputs is not None:
-        from .reference.drift import measure_inputs
-
-        drift = measure_inputs(Path(model_path).read_bytes(), model, Path(reference_inputs), loaded)
-    checks = (*verdict.target_checks(results, limits), *verdict.drift_checks(drift, limits))
-    return CheckResult(model, results, verdict.Verdict(checks).to_json(), drift)
 
 
 def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = None,

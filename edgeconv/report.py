@@ -17,12 +17,14 @@ from typing import Any
 from . import report_model as rm
 from .converters.tflite_reader import TensorInfo, TFLiteModel
 from .ir import source_layers
-from .passes.base import PassResult
 from .report_model import REPORT_SCHEMA_VERSION as REPORT_SCHEMA_VERSION
 from .targets.checker import OpResult, TargetResult
 from .targets.parameter_memory import memory_line
 from .targets.target import Effect, Placement, Target
 from .verdict import target_passes
+
+if typing.TYPE_CHECKING:
+    from .passes.base import PassResult
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "report.schema.json"
 

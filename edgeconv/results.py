@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import report
 from . import report_model as rm
-from .config import PipelineConfig
 from .converters.tflite_reader import TFLiteModel
 from .exit_codes import Exit, of_gate
 from .targets.checker import TargetResult
+
+if TYPE_CHECKING:
+    from .config import PipelineConfig
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,7 +8,10 @@ weights) with edgeconv once, then, side by side in one run, times:
     (wall time, what a CI step pays; the process never imports TensorFlow),
   - edgeconv.check() in-process,
   - tf.lite.experimental.Analyzer.analyze(model_path=...) in-process (TensorFlow already imported),
-  - a fresh process that imports TensorFlow and runs the Analyzer (its real CLI cost).
+  - a fresh process that imports TensorFlow and runs the Analyzer (its real CLI cost),
+  - the floor: a fresh process that only reads the .tflite with edgeconv's reader and lists its op types.
+Fresh processes are timed by wall clock and by CPU (user + system of the child), the variants taking turns.
+``--model M.tflite`` checks that model instead of building one (no TensorFlow needed for the fresh-process rows).
 """
 
 from __future__ import annotations
@@ -44,6 +47,22 @@ def build_model(folder: Path) -> Path:
     return build(folder / "p.yaml").tflite_path
 
 
+def cpu_of(command: list[str]) -> tuple[float, float]:
+    """Wall and CPU seconds (user + system) of a fresh process running ``command``."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(command, check=False, capture_output=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+FLOOR = ("import sys; from edgeconv.converters.tflite_reader import read_tflite; "
+         "print(sorted({op.type for op in read_tflite(sys.argv[1]).ops}))")
+
+
 def timed(fn, repeat: int) -> list[float]:  # type: ignore[no-untyped-def]
     times = []
     for _ in range(repeat):
@@ -56,15 +75,22 @@ def timed(fn, repeat: int) -> list[float]:  # type: ignore[no-untyped-def]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--model", type=Path, help="an int8 .tflite to check instead of building MobileNetV2")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        model = build_model(Path(tmp))
+        model = args.model or build_model(Path(tmp))
         size = model.stat().st_size
         cli = [sys.executable, "-m", "edgeconv", "check", str(model), "--target", "edgetpu", "--target", "arm-neon",
                "--format", "json"]
         probe = "import sys; from edgeconv.cli import main; main(sys.argv[1:]); assert 'tensorflow' not in sys.modules"
         check_cli = timed(lambda: subprocess.run([sys.executable, "-c", probe, *cli[3:]], check=False,
                                                  capture_output=True), args.repeat)
+        pairs = [(cpu_of(cli), cpu_of([sys.executable, "-c", FLOOR, str(model)])) for _ in range(args.repeat)]
+        check_cpu = [c[1] for c, _ in pairs]
+        floor_cpu = [f[1] for _, f in pairs]
+        print(f"fresh processes, CPU s (median of {args.repeat}, taking turns): edgeconv check "
+              f"{statistics.median(check_cpu):.3f}, the floor (read and list op types) "
+              f"{statistics.median(floor_cpu):.3f}: {statistics.median(check_cpu) / statistics.median(floor_cpu):.2f}x")
         from edgeconv import check
 
         check_lib = timed(lambda: check(model, ["edgetpu", "arm-neon"]), args.repeat)

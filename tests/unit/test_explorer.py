@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from edgeconv import explorer
+from edgeconv.checking import check
 from edgeconv.converters.tflite_reader import parse_tflite, read_tflite
 from edgeconv.errors import ConfigError, EdgeconvError, ModelFileError
-from edgeconv.pipeline import check
 
 from ..conftest import ORACLES, REPO
 from ..tflite_edit import edit

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from edgeconv import EdgeconvError
+from edgeconv.checking import check
 from edgeconv.config import load_pipeline
-from edgeconv.pipeline import check
 from edgeconv.targets import builtin_target_names, load_target
 
 from ..conftest import REPO
