@@ -358,3 +358,19 @@ def test_a_pipeline_path_is_never_rich_markup(monkeypatch: pytest.MonkeyPatch, t
         lines.ended(hostile, [f"{hostile}: FAIL in 1.0 s"])
         lines.stop()
         assert f"{hostile}: FAIL in 1.0 s" in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stream.getvalue())
+
+
+@pytest.mark.parametrize(("argv", "code"), [
+    (["check", "tests/data/conv2d-relu.int8.tflite", "--target", "edgetpu", "--target", "arm-neon", "--format",
+      "json"], 0),
+    (["check", "tests/data/sin-island.int8.tflite"], 1),
+])
+def test_check_imports_no_build_stage(argv: list[str], code: int) -> None:
+    """`check` is a CI step of its own: the pipeline, its schema, the calibration, the passes and the cache
+    are not part of it (issue 38; `scripts/bench_check.py` measures it against reading the op list alone)."""
+    heavy = ("edgeconv.pipeline", "edgeconv.config", "edgeconv.calibration", "edgeconv.passes", "edgeconv.cache",
+             "edgeconv.converters.tflite_export", "tensorflow")
+    probe = (f"import sys\nfrom edgeconv.cli import main\ncode = main({argv!r})\n"
+             f"print(code, sorted(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
+    assert result.stderr.strip().splitlines()[-1] == f"{code} []"
