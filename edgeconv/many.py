@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 from . import cancel
 from .ci import Outcome
-from .converters.tflite_export import sharing_worker
 from .crash import crash_log, crash_words
 from .errors import EdgeconvError
 from .exit_codes import Exit
@@ -155,6 +154,8 @@ def build_many(paths: Sequence[Path], options: BuildOptions, *, jobs: int = 1,
     if jobs < 1:
         raise EdgeconvError(f"-j must be at least 1, got {jobs}")
     if jobs == 1 or len(paths) == 1:
+        from .converters.tflite_export import sharing_worker
+
         done = []
         with sharing_worker():
             for path in paths:
@@ -292,6 +293,8 @@ def _pool_process_init(forked: bool,
     if forked:
         atexit._clear()
         util.Finalize(None, atexit._run_exitfuncs, exitpriority=0)
+    from .converters.tflite_export import sharing_worker
+
     sharing = sharing_worker()
     sharing.__enter__()
     util.Finalize(None, sharing.__exit__, args=(None, None, None), exitpriority=10)
