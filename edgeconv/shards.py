@@ -34,6 +34,7 @@ FORMAT = 2  # the results file: {"format", "edgeconv", "shard", "pipelines", "re
 MAX_SHARDS = 10_000
 MAX_RESULTS_BYTES = 512 << 20  # a results file embeds each build's report (a few MB at most each)
 _SHARD = re.compile(r"(\d{1,5})/(\d{1,5})")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f`]")  # a path with these would break the summary's Markdown
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +120,8 @@ def _outcome(row: Any, where: str) -> Outcome:
     if not isinstance(row, dict):
         raise EdgeconvError(f"{where}: a result is not an object")
     pipeline = _field(row, "pipeline", str, where)
+    if _CONTROL.search(pipeline) or not pipeline:
+        raise EdgeconvError(f"{where}: pipeline is {pipeline!r}")
     where = f"{where}: {pipeline}"
     code = _field(row, "exit_code", int, where)
     if code not in (*EXIT_WORDS, Exit.INTERRUPTED, Exit.TERMINATED):
@@ -143,6 +146,9 @@ def _outcome(row: Any, where: str) -> Outcome:
         raise EdgeconvError(f"{where}: error is {error!r}")
     output_dir = row.get("output_dir")
     crash_log = row.get("crash_log")
+    for name, value in (("output_dir", output_dir), ("crash_log", crash_log)):
+        if value is not None and (not isinstance(value, str) or _CONTROL.search(value)):
+            raise EdgeconvError(f"{where}: {name} is {value!r}")
     return Outcome(Path(pipeline), code, float(seconds), report,
                    Path(output_dir) if isinstance(output_dir, str) and report is not None else None, error,
                    bool(row.get("cached") is True), Path(crash_log) if isinstance(crash_log, str) else None)

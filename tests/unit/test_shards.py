@@ -180,6 +180,10 @@ def _move_row(data: dict[str, Any]) -> None:
      "r2.json: not an edgeconv results file of format 2 (written by edgeconv build --results-json of this release)"),
     (["r1.json", "r2.json", "r3.json"], ("r2.json", lambda d: d.update(pipelines="all")),
      "r2.json: pipelines is not a list of paths"),
+    (["r1.json", "r2.json", "r3.json"], ("r2.json", lambda d: d["results"][0].update(pipeline="a`b\n| x |")),
+     "r2.json: pipeline is 'a`b\\n| x |'"),
+    (["r1.json", "r2.json", "r3.json"], ("r2.json", lambda d: d["results"][0].update(output_dir="out\n## PASS")),
+     "r2.json: pipelines/add-uint8io.yaml: output_dir is 'out\\n## PASS'"),
 ])
 def test_a_merge_that_would_hide_a_failure_is_refused_and_writes_nothing(
         sharded: Path, capsys: pytest.CaptureFixture[str], files: list[str], edit: Any, message: str) -> None:
