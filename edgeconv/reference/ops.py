@@ -732,6 +732,19 @@ def mean(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
                                          "clamped": clipped}
 
 
+def reduce_max_min(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """REDUCE_MAX / REDUCE_MIN: the largest (smallest) stored value over the axes; the input and output share
+    their quantization, so no arithmetic is done."""
+    x, src, out = _given(inputs, 0), op.inputs[0], op.outputs[0]
+    assert src is not None
+    if (scale_of(src), zero_point_of(src)) != (scale_of(out), zero_point_of(out)):
+        raise Unsupported("the input and output are quantized differently; TFLite's kernel requires them to be "
+                          "the same")
+    axes = tuple(sorted({int(a) % x.ndim for a in _given(inputs, 1).reshape(-1)}))
+    fn = np.max if op.type == "REDUCE_MAX" else np.min
+    return [fn(x, axis=axes, keepdims=bool(op.options.get("keep_dims"))).reshape(out.shape)], {"axes": list(axes)}
+
+
 def arg_max(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     """The index of the largest value along the axis (the first on a tie)."""
     axis = int(_given(inputs, 1).reshape(-1)[0])
@@ -787,6 +800,8 @@ OPS: dict[str, Callable[[OpInfo, TFLiteModel, Arrays], Result]] = {
     "RESIZE_BILINEAR": resize_bilinear,
     "ARG_MAX": arg_max,
     "MEAN": mean,
+    "REDUCE_MAX": reduce_max_min,
+    "REDUCE_MIN": reduce_max_min,
     "MAXIMUM": maximum_minimum,
     "MINIMUM": maximum_minimum,
 }

@@ -391,3 +391,27 @@ def test_l2_normalization_is_bit_exact_on_rows_at_the_edges(tmp_path: Path, zero
     rows[5:] = rng.integers(-128, 128, (3, depth))
     got, want = _both_ways(path, rows.astype(np.int8))
     assert np.array_equal(got, want), [(r, np.flatnonzero(got[r] != want[r])[:5]) for r in range(8)]
+
+
+@pytest.mark.parametrize(("op_type", "out_scale", "want"), [
+    ("REDUCE_MAX", 0.1, [[7], [9]]), ("REDUCE_MIN", 0.1, [[-128], [-3]]), ("REDUCE_MAX", 0.2, None)])
+def test_reduce_max_and_min_need_one_quantization(op_type: str, out_scale: float, want: Any) -> None:
+    """The stored values' largest or smallest over the axes (checked against LiteRT on the op models above);
+    an output quantized unlike the input is what TFLite's kernel refuses too: a clear error, no guess."""
+    from edgeconv.reference.ops import OPS, Unsupported
+
+    from ..synthetic import Builder
+
+    b = Builder()
+    x = np.array([[7, -128, 0], [9, -3, 4]], np.int8)
+    op, model = b.op(op_type, [b.tensor("int8", (2, 3), scale=0.1, zero_point=1),
+                               b.tensor("int32", (1,), value=np.array([1], np.int32), scale=None)],
+                     [b.tensor("int8", (2, 1), scale=out_scale, zero_point=1)], options={"keep_dims": True})
+    if want is None:
+        with pytest.raises(Unsupported) as refused:
+            OPS[op_type](op, model, [x, np.array([1], np.int32)])
+        assert str(refused.value) == ("the input and output are quantized differently; TFLite's kernel requires "
+                                      "them to be the same")
+    else:
+        (out,), trace = OPS[op_type](op, model, [x, np.array([1], np.int32)])
+        assert out.tolist() == want and trace == {"axes": [1]}
