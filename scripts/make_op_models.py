@@ -59,6 +59,10 @@ def cases() -> dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]]:
         "fully_connected": (lambda x: tf.matmul(x, w_fc), [(1, 9)]),
         "gather": (lambda x: tf.gather(x, [0, 2, 3], axis=3), [S4]),
         "hard_swish": (lambda x: x * tf.nn.relu6(x + 3.0) / 6.0, [S4]),
+        # GELU as one int8 op (a table): the exact form and the tanh approximation. (tf.nn.elu stays float
+        # between DEQUANTIZE/QUANTIZE with TF 2.21's converter: no int8 ELU to model.)
+        "gelu": (lambda x: tf.nn.gelu(x, approximate=False), [S4]),
+        "gelu_tanh": (lambda x: tf.nn.gelu(x, approximate=True), [S4]),
         "l2_normalize": (lambda x: tf.math.l2_normalize(x, axis=3), [S4]),
         "leaky_relu": (lambda x: tf.nn.leaky_relu(x, 0.2), [S4]),
         "log": (lambda x: tf.math.log(tf.abs(x) + 1.0), [S4]),

@@ -520,6 +520,55 @@ def _int16_multiplier(real: float) -> tuple[int, int]:
     return m16, exponent
 
 
+def _libm(name: str) -> Callable[[float], float]:
+    """The C library's float function ``name`` (``erfcf``, ``tanhf``): what TFLite's kernels call through
+    ``std::erfc(float)``, so a table made from it is bit for bit theirs. Python's double-precision ``math``
+    rounded to float32 where there is no such library (it can differ in the last bit, and then by 1 LSB)."""
+    import ctypes
+    import ctypes.util
+
+    found = ctypes.util.find_library("m") or ctypes.util.find_library("c")
+    fn = getattr(ctypes.CDLL(found), name, None) if found else None
+    if fn is None:
+        import math
+
+        wide = getattr(math, name.removesuffix("f"))
+        return lambda x: float(np.float32(wide(x)))
+    fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_float]
+    return lambda x: float(fn(x))
+
+
+_SQRT1_2 = np.float32(-0.70710678118654752440)  # static_cast<float>(-M_SQRT1_2)
+_SQRT_2_PI = np.float32(1.12837916709551257390 * 0.70710678118654752440)  # kSqrt2dPi: M_2_SQRTPI * M_SQRT1_2
+
+
+def gelu(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """GELU of 8-bit tensors: a 256-entry table made when the op is prepared (``LUTPopulate``), all in float32:
+    for each stored value ``v``, ``x = input_scale * (v - input_zero_point)``, ``y = 0.5 * x * erfc(x * -1/sqrt(2))``
+    (``approximate``: ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x * x * x)))``), then
+    ``round(y / output_scale) + output_zero_point`` (half away from zero), clamped; the output is the table
+    looked up at each input."""
+    x, src, out = _given(inputs, 0), op.inputs[0], op.outputs[0]
+    assert src is not None
+    if src.dtype.value not in ("int8", "uint8") or out.dtype.value != src.dtype.value:
+        raise Unsupported(f"GELU of {src.dtype.value} to {out.dtype.value}")
+    low, high = LIMITS[out.dtype.value]
+    stored = np.arange(low, high + 1, dtype=np.int64)
+    real = np.float32(scale_of(src)) * (stored - zero_point_of(src)).astype(np.float32)
+    approximate = bool(op.options.get("approximate"))
+    half_x = np.float32(0.5) * real
+    if approximate:
+        tanh = _libm("tanhf")
+        inner = _SQRT_2_PI * (real + np.float32(0.044715) * real * real * real)
+        y = half_x * (np.float32(1.0) + np.array([tanh(float(v)) for v in inner], np.float32))
+    else:
+        erfc = _libm("erfcf")
+        y = half_x * np.array([erfc(float(v)) for v in real * _SQRT1_2], np.float32)
+    table, clipped = _clamp(round_half_away_array(y / np.float32(scale_of(out))) + zero_point_of(out), low, high,
+                            out.dtype.value)
+    return [table[x.astype(np.int64) - low]], {"approximate": approximate, "table_clamped": clipped}
+
+
 def hard_swish(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     """``reference_ops::HardSwish`` for 8-bit tensors, ``out = x * relu6(x + 3) / 6`` in 16-bit fixed point:
     the input offset and shifted left 7 bits (``hires_input_scale = input_scale / 128``); on the output scale
@@ -782,6 +831,7 @@ OPS: dict[str, Callable[[OpInfo, TFLiteModel, Arrays], Result]] = {
     "LOGISTIC": logistic,
     "TANH": tanh,
     "HARD_SWISH": hard_swish,
+    "GELU": gelu,
     "LEAKY_RELU": leaky_relu,
     "L2_NORMALIZATION": l2_normalization,
     "TRANSPOSE": transpose,
