@@ -143,18 +143,20 @@ def test_the_workflow_publishes_the_junit() -> None:
     assert WORKFLOW["permissions"]["checks"] == "write"
 
 
-def run_build_step(tmp_path: Path, pipelines: str, args: str) -> tuple[subprocess.CompletedProcess[str], list[str],
-                                                                       dict[str, str]]:
-    """build.sh with edgeconv replaced by a script that records its arguments, one per line."""
+def run_build_step(tmp_path: Path, pipelines: str, args: str, **inputs: str
+                   ) -> tuple[subprocess.CompletedProcess[str], list[str], dict[str, str]]:
+    """build.sh with edgeconv replaced by a script that records its arguments, one per line; ``inputs``: more
+    INPUT_* variables (shard="1/4" is INPUT_SHARD)."""
     record = tmp_path / "argv.txt"
     fake = tmp_path / "fake-edgeconv"
     fake.write_text(f"#!/usr/bin/env bash\nprintf '%s\\n' \"$@\" > {record}\n")
     fake.chmod(0o755)
     output = tmp_path / "github_output"
     env = {**os.environ, "EDGECONV": str(fake), "PYTHON": sys.executable, "GITHUB_OUTPUT": str(output),
-           "RUNNER_TEMP": str(tmp_path), "INPUT_PIPELINES": pipelines, "INPUT_ARGS": args, "INPUT_JOBS": "2"}
+           "RUNNER_TEMP": str(tmp_path), "INPUT_PIPELINES": pipelines, "INPUT_ARGS": args, "INPUT_JOBS": "2",
+           **{f"INPUT_{k.upper().replace('-', '_')}": v for k, v in inputs.items()}}
     done = subprocess.run(["bash", str(REPO / "scripts" / "action" / "build.sh")], env=env, capture_output=True,
-                          text=True)
+                          text=True, cwd=tmp_path)
     argv = record.read_text().splitlines() if record.exists() else []
     outputs = dict(line.split("=", 1) for line in output.read_text().splitlines() if "=" in line)
     return done, argv, outputs
@@ -180,6 +182,52 @@ def test_build_step_refuses_an_unbalanced_quote(tmp_path: Path, pipelines: str, 
     assert done.stderr.strip().splitlines()[-1] == message
     assert argv == []  # edgeconv never ran
     assert (outputs["verdict"], outputs["exit-code"]) == ("error", "2")
+
+
+def test_a_matrix_job_passes_its_shard_and_the_remote_cache(tmp_path: Path) -> None:
+    done, argv, outputs = run_build_step(tmp_path, "'pipelines/*.yaml'", "", shard="2/4", cache_url="s3://b/zoo")
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "edgeconv"
+    assert argv == ["build", "pipelines/*.yaml", "--jobs", "2", "--junit", f"{out}/junit.xml", "--summary",
+                    f"{out}/summary.md", "--results-json", f"{out}/results.json", "--shard", "2/4", "--cache-dir",
+                    "s3://b/zoo"]
+
+
+def test_the_summarize_job_merges_the_results_it_is_given(tmp_path: Path) -> None:
+    for k in (2, 1):
+        (tmp_path / "results" / f"edgeconv-results-{k}").mkdir(parents=True)
+        (tmp_path / "results" / f"edgeconv-results-{k}" / "results.json").write_text("{}")
+    (tmp_path / "-h.json").write_text("{}")
+    done, argv, outputs = run_build_step(tmp_path, "", "", mode="summarize",
+                                         results="'results/*/results.json' -h.json")
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "edgeconv"
+    assert argv == ["summary", "--junit", f"{out}/junit.xml", "--summary", f"{out}/summary.md", "--",
+                    "results/edgeconv-results-1/results.json", "results/edgeconv-results-2/results.json", "-h.json"]
+    assert "results" not in outputs  # a build's results file, not the merge's
+
+
+@pytest.mark.parametrize(("inputs", "message"), [
+    ({"mode": "deploy $(touch pwned)"}, "edgeconv action: error: inputs.mode: expected build or summarize, got "
+                                        "'deploy $(touch pwned)'"),
+    ({"mode": "summarize", "results": ""}, "edgeconv action: error: inputs.results: mode summarize needs the jobs' "
+                                           "results files"),
+    ({"mode": "summarize", "results": "'a.json"}, "edgeconv action: error: inputs.results: No closing quotation: "
+                                                  "'a.json"),
+])
+def test_a_bad_mode_or_results_input_runs_nothing(tmp_path: Path, inputs: dict[str, str], message: str) -> None:
+    done, argv, outputs = run_build_step(tmp_path, "p.yaml", "", **inputs)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == message
+    assert argv == [] and not (tmp_path / "pwned").exists()
+    assert (outputs["verdict"], outputs["exit-code"]) == ("error", "2")
+
+
+def test_a_hostile_shard_or_cache_url_is_one_argument_to_edgeconv(tmp_path: Path) -> None:
+    """Values are never shell code: they reach edgeconv as one argument each, and edgeconv judges them."""
+    done, argv, _ = run_build_step(tmp_path, "p.yaml", "", shard="1/4; touch pwned", cache_url="$(touch pwned)")
+    assert argv[-4:] == ["--shard", "1/4; touch pwned", "--cache-dir", "$(touch pwned)"]
+    assert not (tmp_path / "pwned").exists()
 
 
 # A pull request's workspace: modules named as the standard library's that the steps' Python would import.
