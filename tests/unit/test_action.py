@@ -185,7 +185,7 @@ def test_build_step_refuses_an_unbalanced_quote(tmp_path: Path, pipelines: str, 
 
 
 def test_a_matrix_job_passes_its_shard_and_the_remote_cache(tmp_path: Path) -> None:
-    done, argv, outputs = run_build_step(tmp_path, "'pipelines/*.yaml'", "", shard="2/4", cache_url="s3://b/zoo")
+    done, argv, _ = run_build_step(tmp_path, "'pipelines/*.yaml'", "", shard="2/4", cache_url="s3://b/zoo")
     assert done.returncode == 0, done.stderr
     out = tmp_path / "edgeconv"
     assert argv == ["build", "pipelines/*.yaml", "--jobs", "2", "--junit", f"{out}/junit.xml", "--summary",
@@ -225,7 +225,7 @@ def test_a_bad_mode_or_results_input_runs_nothing(tmp_path: Path, inputs: dict[s
 
 def test_a_hostile_shard_or_cache_url_is_one_argument_to_edgeconv(tmp_path: Path) -> None:
     """Values are never shell code: they reach edgeconv as one argument each, and edgeconv judges them."""
-    done, argv, _ = run_build_step(tmp_path, "p.yaml", "", shard="1/4; touch pwned", cache_url="$(touch pwned)")
+    _, argv, _ = run_build_step(tmp_path, "p.yaml", "", shard="1/4; touch pwned", cache_url="$(touch pwned)")
     assert argv[-4:] == ["--shard", "1/4; touch pwned", "--cache-dir", "$(touch pwned)"]
     assert not (tmp_path / "pwned").exists()
 
