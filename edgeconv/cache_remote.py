@@ -209,7 +209,7 @@ class RemoteCache(BuildCache):
 
     async def _fetch(self, fs: Any, key: str) -> dict[str, bytes] | None:
         try:
-            raw = await fs._cat_file(self._manifest(key), start=0, end=MANIFEST_LIMIT + 1)
+            raw = await _read(fs, self._manifest(key), MANIFEST_LIMIT)  # an empty one too: refused below, a miss
         except FileNotFoundError:
             return None
         try:

@@ -168,14 +168,21 @@ def test_a_manifest_may_be_up_to_its_limit(pad: int, ok: bool) -> None:
             _manifest(raw, KEY)
 
 
+@pytest.mark.parametrize(("raw", "why"), [
+    (_manifest_bytes(files={"../../escape": {"sha256": "a" * 64, "bytes": 1}}),
+     "a file name leaves the entry: '../../escape'"),
+    (b"", "its manifest is not JSON: Expecting value: line 1 column 1 (char 0)"),
+    (b" " * (MANIFEST_LIMIT + 10), f"its manifest is over {MANIFEST_LIMIT} bytes"),
+])
 def test_a_hostile_remote_manifest_is_a_miss_with_a_warning(
-        s3_server: S3Server, bucket: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        s3_server: S3Server, bucket: str, tmp_path: Path, caplog: pytest.LogCaptureFixture, raw: bytes,
+        why: str) -> None:
     prefix = bucket.removeprefix("s3://").partition("/")[2]
-    _put(s3_server, bucket, f"{prefix}/entries/{KEY}.json",
-         _manifest_bytes(files={"../../escape": {"sha256": "a" * 64, "bytes": 1}}))
-    assert RemoteCache(bucket, tmp_path / "fresh").load(KEY) is None
-    assert (f"cache: remote entry {KEY[:12]} is unreadable (a file name leaves the entry: '../../escape'); "
-            "building") in caplog.messages
+    _put(s3_server, bucket, f"{prefix}/entries/{KEY}.json", raw)
+    reader = RemoteCache(bucket, tmp_path / "fresh")
+    assert reader.load(KEY) is None
+    assert caplog.messages == [f"cache: remote entry {KEY[:12]} is unreadable ({why}); building"]
+    assert reader.access == "read-write"  # a bad entry is a miss, not a cache that is down
     assert not (tmp_path / "escape").exists() and not (tmp_path / "fresh").exists()
 
 
