@@ -219,7 +219,7 @@ def _prefetch(paths: Sequence[Path], options: BuildOptions) -> None:
         try:
             key = cache_key(path, cache=cache, out=options.out, suggest_keep_float=options.suggest_keep_float,
                             baseline=options.baseline, repair=options.repair)
-        except Exception:
+        except Exception:  # a bad pipeline: its build meets the error again and reports it
             continue
         if key is not None:
             keys.append(key)
