@@ -156,3 +156,51 @@ def inv_sqrt_quantized_multiplier(x: np.ndarray, reverse_shift: int) -> tuple[np
     shift = np.where(negative, 0, shift) * reverse_shift
     return np.where(small, INT32_MAX, y), np.where(small, 0, shift)
 
+
+
+def _saturating_shift_left(x: np.ndarray | int, exponent: np.ndarray | int) -> np.ndarray:
+    """TFLite's ``SaturatingRoundingMultiplyByPOTParam`` for exponents >= 0 (one per value): ``x << exponent``,
+    saturated to the int32 range."""
+    x64 = np.asarray(x, np.int64)
+    e = np.asarray(exponent, np.int64)
+    threshold = (np.int64(1) << (31 - e)) - 1
+    shifted = _wrap(x64 << e)
+    return np.where(x64 > threshold, INT32_MAX, np.where(x64 < -threshold, INT32_MIN, shifted))
+
+
+def _saturate(x: np.ndarray) -> np.ndarray:
+    return np.clip(np.asarray(x, np.int64), INT32_MIN, INT32_MAX)
+
+
+# The constants of log_x_for_x_greater_than_or_equal_to_1_impl, in Q0.31.
+_LOG_2, _SQRT_SQRT_HALF, _SQRT_HALF, _ONE_QUARTER = 1488522236, 1805811301, 1518500250, 536870912
+_ALPHA_N, _ALPHA_D, _ALPHA_I, _ALPHA_F = 117049297, 127690142, 1057819769, 638450708
+
+
+def log_x_for_x_greater_than_or_equal_to_1(x: np.ndarray, input_bits: int, output_bits: int) -> np.ndarray:
+    """``log_x_for_x_greater_than_or_equal_to_1_impl<output_bits, input_bits>`` (TFLite's common.h): ln(x) for
+    x >= 1 in Q(input_bits): x = 2^z * r with r in [sqrt(1/2), sqrt(2)) (two candidate splits, the better one
+    kept), z * ln 2 plus a rational approximation of ln(r) around 2^-1/4, summed with one more integer bit
+    of headroom and rescaled to Q(output_bits)."""
+    accum = output_bits + 1
+    shifted_quarter = rescale(np.array(_ONE_QUARTER, np.int64), 0, accum)
+    z_a = np.asarray(x, np.int64)
+    z_a_headroom_plus_1 = count_leading_zeros(z_a)
+    r_a_tmp = _saturating_shift_left(z_a, z_a_headroom_plus_1 - 1)
+    r_a_raw = _saturating_shift_left(srdhm(r_a_tmp, _SQRT_HALF), 1)
+    z_a_pow_2_adj = _saturate(_saturating_shift_left(input_bits - z_a_headroom_plus_1, 31 - accum) + shifted_quarter)
+    z_b = srdhm(z_a, _SQRT_HALF)
+    z_b_headroom = count_leading_zeros(z_b) - 1
+    r_b_raw = _saturating_shift_left(z_a, z_b_headroom)
+    z_b_pow_2_adj = _saturate(_saturating_shift_left(input_bits - z_b_headroom, 31 - accum) - shifted_quarter)
+    r = np.minimum(r_a_raw, r_b_raw)
+    z_pow_2_adj = np.maximum(z_a_pow_2_adj, z_b_pow_2_adj)
+    p = rounding_half_sum(r, _SQRT_SQRT_HALF)
+    q = _wrap(r - _SQRT_SQRT_HALF)
+    q = _wrap(q + q)
+    common_sq = srdhm(q, q)
+    num = _wrap(srdhm(q, r) + srdhm(srdhm(q, common_sq), _ALPHA_N))
+    denom_minus_one = _wrap(srdhm(p, _wrap(_wrap(_ALPHA_I + q) + srdhm(_ALPHA_D, common_sq))) + srdhm(_ALPHA_F, q))
+    recip_denom = one_over_one_plus_x_for_x_in_0_1(denom_minus_one)
+    num_scaled = rescale(num, 0, accum)
+    return rescale(_wrap(srdhm(z_pow_2_adj, _LOG_2) + srdhm(num_scaled, recip_denom)), accum, output_bits)

@@ -18,6 +18,7 @@ import numpy as np
 from ..converters.tflite_reader import OpInfo, TensorInfo, TFLiteModel
 from .fixedpoint import (
     INT32_MAX,
+    INT32_MIN,
     activation_range,
     multiply_by_quantized_multiplier,
     multiply_by_quantized_multiplier_single_rounding,
@@ -418,6 +419,40 @@ def softmax(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     low, high = LIMITS[out.dtype.value]
     result, clipped = _clamp(np.where(used, unsat + low, low), low, high, out.dtype.value)
     return [result.reshape(x.shape)], {"input_multiplier": multiplier, "input_left_shift": left_shift,
+                                       "diff_min": diff_min, "clamped": clipped}
+
+
+def log_softmax(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """``reference_integer_ops::LogSoftmax`` for int8: per row, ``diff = in - max(in)`` into Q5.26
+    (``input_multiplier``, ``input_left_shift`` from ``input_scale``), ``exp`` summed in Q12.19 over the diffs
+    at least ``diff_min``, ``log`` of the sum in Q5.26 (gemmlowp's rational approximation); a diff above
+    ``adjusted_diff_min`` (the log of the sum brought back to the input's scale with ``reverse_scaling_divisor``)
+    gives ``(diff_q5 - log_sum) / 2^22 + 127`` (the output is fixed: scale 16/256, zero point 127), clamped;
+    any other the smallest output."""
+    from . import gemmlowp as g
+
+    x, src, out = _given(inputs, 0), op.inputs[0], op.outputs[0]
+    assert src is not None
+    if src.dtype.value != "int8" or out.dtype.value != "int8":
+        raise Unsupported(f"LOG_SOFTMAX of {src.dtype.value} to {out.dtype.value}")
+    real = min(1.0 * scale_of(src) * (1 << (31 - 5)), (1 << 31) - 1.0)
+    multiplier, left_shift = quantize_multiplier(real)
+    reverse_multiplier, reverse_shift = quantize_multiplier((1 << (31 - left_shift)) / float(multiplier))
+    reverse_right_shift = -reverse_shift
+    diff_min = int(-1.0 * math.floor(1.0 * ((1 << 5) - 1) * (1 << (31 - 5)) / (1 << left_shift)))
+    rows = x.reshape(-1, x.shape[-1]).astype(np.int64)
+    diff = rows - rows.max(axis=1, keepdims=True)
+    diff_q5 = multiply_by_quantized_multiplier(diff, multiplier, left_shift)
+    exps = g.rescale(g.exp_on_negative_values(diff_q5, 5), 0, 12)
+    sum_q12 = g._wrap(np.where(diff >= diff_min, exps, 0).sum(axis=1, keepdims=True))
+    log_sum_q5 = g.log_x_for_x_greater_than_or_equal_to_1(sum_q12, 12, 5)
+    shifted_log_sum = g._wrap(log_sum_q5 + INT32_MIN)
+    adjusted_diff_min = np.maximum(diff_min - 1, multiply_by_quantized_multiplier(shifted_log_sum, reverse_multiplier,
+                                                                                   -reverse_right_shift))
+    scaled = rounding_divide_by_pot(g._wrap(diff_q5 - log_sum_q5), 31 - 5 - 4) + 127
+    result, clipped = _clamp(np.where(diff > adjusted_diff_min, scaled, -128), -128, 127, "int8")
+    return [result.reshape(x.shape)], {"input_multiplier": multiplier, "input_left_shift": left_shift,
+                                       "reverse_scaling": [reverse_multiplier, reverse_right_shift],
                                        "diff_min": diff_min, "clamped": clipped}
 
 
@@ -828,6 +863,7 @@ OPS: dict[str, Callable[[OpInfo, TFLiteModel, Arrays], Result]] = {
     "RELU6": relu,
     "RELU_N1_TO_1": relu,
     "SOFTMAX": softmax,
+    "LOG_SOFTMAX": log_softmax,
     "LOGISTIC": logistic,
     "TANH": tanh,
     "HARD_SWISH": hard_swish,

@@ -137,7 +137,7 @@ def test_the_trace_says_the_gemm_and_the_requantization() -> None:
 
 @pytest.mark.parametrize(("name", "message"), [
     ("dense.float32.tflite", "computes in float"),
-    ("ops/log_softmax.int8.tflite", "is not computed by the reference"),  # still to come
+    ("ops/transpose_conv.int8.tflite", "is not computed by the reference"),  # still to come
 ])
 def test_what_it_cannot_compute_is_refused_by_name(name: str, message: str) -> None:
     model = read_tflite(DATA / name)
@@ -415,3 +415,37 @@ def test_reduce_max_and_min_need_one_quantization(op_type: str, out_scale: float
     else:
         (out,), trace = OPS[op_type](op, model, [x, np.array([1], np.int32)])
         assert out.tolist() == want and trace == {"axes": [1]}
+
+
+@pytest.mark.parametrize(("in_scale", "in_zp"), [(0.0078, 0), (0.05, -20), (0.3, 100), (1.7, -128)])
+def test_log_softmax_is_bit_exact_over_many_rows_and_input_scales(tmp_path: Path, in_scale: float,
+                                                                  in_zp: int) -> None:
+    """64 rows of 256 values each (every int8 value once per row, shuffled, then some rows narrowed to a few
+    values): the exp sum, its log and the diff_min cut-offs depend on the input scale, against LiteRT's
+    reference kernel (the output quantization is fixed: 16/256, zero point 127)."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from ..tflite_edit import edit
+
+    def requantize(m: Any) -> None:
+        sg = m.subgraphs[0]
+        (o,) = sg.operators
+        sg.tensors[o.inputs[0]].quantization.scale = [in_scale]
+        sg.tensors[o.inputs[0]].quantization.zeroPoint = [in_zp]
+        for index in (o.inputs[0], o.outputs[0]):
+            sg.tensors[index].shape = [64, 256]
+            sg.tensors[index].shapeSignature = [64, 256]
+
+    path = tmp_path / "log_softmax.tflite"
+    path.write_bytes(edit((DATA / "ops" / "log_softmax.int8.tflite").read_bytes(), requantize))
+    rng = np.random.default_rng(7)
+    x = np.stack([rng.permutation(np.arange(-128, 128)) for _ in range(64)]).astype(np.int8)
+    x[32:] = np.clip(x[32:] // np.arange(1, 33)[:, None], -128, 127).astype(np.int8)  # narrower rows
+    it = Interpreter(model_path=str(path), experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    want = it.get_tensor(it.get_output_details()[0]["index"])
+    model = read_tflite(path)
+    (got,) = reference.run(model, {model.main.tensors[model.main.inputs[0]].name: x}).outputs(model).values()
+    assert np.array_equal(got, want), np.flatnonzero(got != want)[:10]
