@@ -33,6 +33,8 @@ def cases() -> dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]]:
     w_conv = tf.constant(rng.normal(0, 0.3, (3, 3, 4, 7)).astype(np.float32))
     w_dw = tf.constant(rng.normal(0, 0.3, (3, 3, 4, 1)).astype(np.float32))
     w_tconv = tf.constant(rng.normal(0, 0.3, (3, 3, 4, 7)).astype(np.float32))  # (h, w, out, in)
+    w_tconv2 = tf.constant(rng.normal(0, 0.3, (2, 3, 3, 5)).astype(np.float32))
+    b_tconv2 = tf.constant(rng.normal(0, 0.5, (3,)).astype(np.float32))
     w_fc = tf.constant(rng.normal(0, 0.3, (9, 5)).astype(np.float32))
     const4 = tf.constant(rng.normal(0, 0.5, (1, 1, 1, 4)).astype(np.float32))
     table: dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]] = {
@@ -108,6 +110,9 @@ def cases() -> dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]]:
         "transpose": (lambda x: tf.transpose(x, [0, 3, 1, 2]), [S4]),
         "transpose_conv": (lambda x: tf.nn.conv2d_transpose(x, w_tconv, (1, 12, 10, 4), 2, "SAME"),
                            [(1, 6, 5, 7)]),
+        # VALID, unequal strides, a 2x3 kernel, a bias and a ReLU after it.
+        "transpose_conv_valid": (lambda x: tf.nn.relu(
+            tf.nn.conv2d_transpose(x, w_tconv2, (1, 10, 14, 3), [2, 3], "VALID") + b_tconv2), [(1, 5, 4, 5)]),
         # Every output used: with two of three outputs unused, TF 2.21's converter quantizes UNPACK on
         # some runs and leaves it float between DEQUANTIZE/QUANTIZE on others (4 runs: 3 and 1).
         "unpack": (lambda x: tf.concat(tf.unstack(x, axis=1)[::-1], axis=-1), [(1, 3, 8)]),

@@ -105,12 +105,13 @@ def gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return product.astype(np.int64)
 
 
-def _per_channel(op: OpInfo, weights: TensorInfo | None, channels: int) -> tuple[np.ndarray, np.ndarray]:
+def _per_channel(op: OpInfo, weights: TensorInfo | None, channels: int,
+                 src: TensorInfo | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per output channel, ``input_scale * filter_scale / output_scale`` as a multiplier and a shift. Per-channel
     int8 weights (``PopulateConvolutionQuantizationParams``) multiply the scales in double; one scale for
     the whole filter (uint8 models, and FULLY_CONNECTED: ``GetQuantizedConvolutionMultipler``) multiplies them
-    in float32 first, then divides in double."""
-    src, out = op.inputs[0], op.outputs[0]
+    in float32 first, then divides in double. ``src``: the activation input, when it is not the op's first."""
+    src, out = src or op.inputs[0], op.outputs[0]
     assert src is not None and weights is not None
     input_scale, output_scale = scale_of(src), scale_of(out)
     q = weights.quantization
@@ -164,6 +165,39 @@ def conv_2d(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
                              "dilation": list(dilation), "padding": [pad_h, pad_w]}
     out = _requantize(acc, op, multiplier, shift, trace)
     return [out.reshape(x.shape[0], oh, ow, co)], trace
+
+
+def transpose_conv(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """TRANSPOSE_CONV (``reference_integer_ops::TransposeConv``): every input position scatters
+    ``(in[n, y, x, ci] + input_offset) * filter[co, ky, kx, ci]`` to output ``(y*sh - pad_h + ky, x*sw - pad_w +
+    kx)``, summed in int32 (one GEMM [N*H*W, CI] x [CI, CO] per kernel tap), plus the bias, then per-channel
+    requantization as CONV_2D. The padding is the convolution's for the output size (``ComputePaddingHeightWidth``
+    given the output as its input)."""
+    shape, w, x = inputs[0], inputs[1], inputs[2]
+    b = inputs[3] if len(inputs) > 3 else None
+    assert shape is not None and w is not None and x is not None
+    co, kh, kw, ci = w.shape
+    n, ih, iw, _ = x.shape
+    oh, ow = int(shape.reshape(-1)[1]), int(shape.reshape(-1)[2])
+    o = op.options
+    sh, sw = o["stride_h"], o["stride_w"]
+    pad_h = out_size_and_padding(o["padding"], oh, kh, sh, 1)[1]
+    pad_w = out_size_and_padding(o["padding"], ow, kw, sw, 1)[1]
+    offset = (x.astype(np.int64) - zero_point_of(op.inputs[2])).reshape(-1, ci)
+    canvas = np.zeros((n, max((ih - 1) * sh + kh, pad_h + oh), max((iw - 1) * sw + kw, pad_w + ow), co), np.int64)
+    filter_offset = -zero_point_of(op.inputs[1])
+    for ky in range(kh):
+        for kx in range(kw):
+            tap = gemm(offset, w[:, ky, kx, :].T.astype(np.int64) + filter_offset).reshape(n, ih, iw, co)
+            canvas[:, ky:ky + (ih - 1) * sh + 1:sh, kx:kx + (iw - 1) * sw + 1:sw, :] += tap
+    acc = canvas[:, pad_h:pad_h + oh, pad_w:pad_w + ow, :]
+    if b is not None:
+        acc = acc + b.astype(np.int64)
+    multiplier, shift = _per_channel(op, op.inputs[1], co, op.inputs[2])
+    trace: dict[str, Any] = {"gemm": [n * ih * iw, co, ci], "taps": kh * kw, "kernel": [kh, kw], "stride": [sh, sw],
+                             "padding": [pad_h, pad_w]}
+    out = _requantize(acc, op, multiplier, shift, trace)
+    return [out.reshape(n, oh, ow, co)], trace
 
 
 def depthwise_conv_2d(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
@@ -845,6 +879,7 @@ def maximum_minimum(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
 OPS: dict[str, Callable[[OpInfo, TFLiteModel, Arrays], Result]] = {
     "CONV_2D": conv_2d,
     "DEPTHWISE_CONV_2D": depthwise_conv_2d,
+    "TRANSPOSE_CONV": transpose_conv,
     "FULLY_CONNECTED": fully_connected,
     "ADD": add,
     "SUB": sub,
