@@ -45,6 +45,8 @@ def cases() -> dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]]:
         "argmax_int32": (lambda x: tf.argmax(x, axis=3, output_type=tf.int32), [S4]),
         "avg_pool": (lambda x: tf.nn.avg_pool2d(x, 2, 2, "VALID"), [S4]),
         "batch_matmul": (lambda a, b: tf.matmul(a, b), [(1, 3, 6), (1, 6, 5)]),
+        # Two batches, the second operand transposed (adj_y).
+        "batch_matmul_adj": (lambda a, b: tf.matmul(a, b, transpose_b=True), [(2, 3, 6), (2, 5, 6)]),
         "batch2_conv": (lambda x: tf.nn.conv2d(x, w_conv, 1, "SAME"), [(2, 6, 5, 4)]),
         "ceil": (lambda x: tf.math.ceil(x), [S4]),
         "concat2": (lambda a, b: tf.concat([a, b], axis=3), [S4, S4]),

@@ -200,6 +200,30 @@ def transpose_conv(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     return [out.reshape(n, oh, ow, co)], trace
 
 
+def batch_matmul(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """BATCH_MATMUL of int8 (``reference_ops::BatchMatMul``): ``out = clamp(output_offset + MBQM(sum_k
+    (lhs[..., i, k] + lhs_offset) * (rhs[..., k, j] + rhs_offset), M, s))`` per batch (batch dimensions
+    broadcast; ``adj_x``/``adj_y`` transpose the last two axes first); ``M, s`` from ``lhs_scale * rhs_scale``
+    (float32) over ``output_scale`` (``GetQuantizedConvolutionMultipler``)."""
+    lhs, rhs = _given(inputs, 0), _given(inputs, 1)
+    a, bt, out = op.inputs[0], op.inputs[1], op.outputs[0]
+    assert a is not None and bt is not None
+    if a.dtype.value != "int8" or out.dtype.value != "int8":
+        raise Unsupported(f"BATCH_MATMUL of {a.dtype.value} to {out.dtype.value}")
+    left = lhs.astype(np.int64) - zero_point_of(a)
+    right = rhs.astype(np.int64) - zero_point_of(bt)
+    if op.options.get("adj_x"):
+        left = np.swapaxes(left, -1, -2)
+    if op.options.get("adj_y"):
+        right = np.swapaxes(right, -1, -2)
+    acc = np.matmul(left, right)
+    multiplier, shift = quantize_multiplier(float(np.float32(scale_of(a)) * np.float32(scale_of(bt))) / scale_of(out))
+    trace: dict[str, Any] = {"gemm": [int(left.shape[-2]), int(right.shape[-1]), int(left.shape[-1])],
+                             "batches": int(np.prod(acc.shape[:-2])) if acc.ndim > 2 else 1}
+    result = _requantize(acc, op, np.array(multiplier, np.int64), np.array(shift, np.int64), trace)
+    return [result.reshape(out.shape)], trace
+
+
 def depthwise_conv_2d(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     """Grouped GEMM: output channel ``co = ci * depth_multiplier + m`` sums only its input channel ``ci``:
     ``acc[p, co] = sum_{ky, kx} patch[p, ky, kx, co // M] * filter[0, ky, kx, co] + bias[co]``, then per-channel
@@ -880,6 +904,7 @@ OPS: dict[str, Callable[[OpInfo, TFLiteModel, Arrays], Result]] = {
     "CONV_2D": conv_2d,
     "DEPTHWISE_CONV_2D": depthwise_conv_2d,
     "TRANSPOSE_CONV": transpose_conv,
+    "BATCH_MATMUL": batch_matmul,
     "FULLY_CONNECTED": fully_connected,
     "ADD": add,
     "SUB": sub,
