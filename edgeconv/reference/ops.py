@@ -321,6 +321,33 @@ def sub(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     return _add_sub(op, inputs, -1)
 
 
+def squared_difference(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """SQUARED_DIFFERENCE of int8: both inputs shifted left 7 bits and rescaled to twice the larger input scale
+    (``M1, M2``), their difference squared in int32, then rescaled to the output by ``(2 * max_scale)^2 /
+    (2^14 * output_scale)`` (all multipliers in double), plus the output zero point, clamped; broadcasting as
+    NumPy does. (The left shift, 7, was measured against LiteRT's reference kernel: 0 of 14,400 values differ
+    at four sets of scales, 8 and more with 8 or 0.)"""
+    a, b = inputs
+    assert a is not None and b is not None
+    in1, in2, out = op.inputs[0], op.inputs[1], op.outputs[0]
+    assert in1 is not None and in2 is not None
+    if out.dtype.value != "int8":
+        raise Unsupported(f"SQUARED_DIFFERENCE to {out.dtype.value}")
+    left_shift = 7
+    twice_max = 2.0 * max(scale_of(in1), scale_of(in2))
+    m1, s1 = quantize_multiplier(scale_of(in1) / twice_max)
+    m2, s2 = quantize_multiplier(scale_of(in2) / twice_max)
+    mo, so = quantize_multiplier(twice_max * twice_max / ((1 << (2 * left_shift)) * scale_of(out)))
+    x1 = multiply_by_quantized_multiplier((a.astype(np.int64) - zero_point_of(in1)) * (1 << left_shift), m1, s1)
+    x2 = multiply_by_quantized_multiplier((b.astype(np.int64) - zero_point_of(in2)) * (1 << left_shift), m2, s2)
+    diff = x1 - x2
+    scaled = multiply_by_quantized_multiplier(diff * diff, mo, so) + zero_point_of(out)
+    low, high = _output_range(op)
+    result, clipped = _clamp(scaled, low, high, out.dtype.value)
+    return [result], {"left_shift": left_shift, "input1_multiplier": [m1, s1], "input2_multiplier": [m2, s2],
+                      "output_multiplier": [mo, so], "clamped": clipped}
+
+
 def mul(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     """``out = clamp(output_offset + MBQM((in1 + in1_offset) * (in2 + in2_offset), M, s))`` with ``M, s`` for
     ``in1_scale * in2_scale / out_scale``."""
@@ -909,6 +936,7 @@ OPS: dict[str, Callable[[OpInfo, TFLiteModel, Arrays], Result]] = {
     "ADD": add,
     "SUB": sub,
     "MUL": mul,
+    "SQUARED_DIFFERENCE": squared_difference,
     "AVERAGE_POOL_2D": average_pool_2d,
     "MAX_POOL_2D": max_pool_2d,
     "RESHAPE": reshape,

@@ -449,3 +449,39 @@ def test_log_softmax_is_bit_exact_over_many_rows_and_input_scales(tmp_path: Path
     model = read_tflite(path)
     (got,) = reference.run(model, {model.main.tensors[model.main.inputs[0]].name: x}).outputs(model).values()
     assert np.array_equal(got, want), np.flatnonzero(got != want)[:10]
+
+
+@pytest.mark.parametrize("scales", [(0.02, 3, 0.5, -10, 0.9, -128), (0.3, -100, 0.001, 50, 0.05, -120),
+                                    (1.0, 10, 0.6, -3, 50.0, -128), (0.9, 0, 0.35, 7, 20.0, -100)])
+def test_squared_difference_is_bit_exact_at_many_scales(tmp_path: Path, scales: tuple[Any, ...]) -> None:
+    """Its left shift (7) and multipliers (in double) were measured with these scales: with a shift of 8, or
+    multipliers in float32, some of the 3,600 values differ by 1 LSB."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    from ..tflite_edit import edit
+
+    s1, z1, s2, z2, so, zo = scales
+
+    def requantize(m: Any) -> None:
+        sg = m.subgraphs[0]
+        (o,) = sg.operators
+        for index, scale, zp in ((o.inputs[0], s1, z1), (o.inputs[1], s2, z2), (o.outputs[0], so, zo)):
+            sg.tensors[index].quantization.scale = [scale]
+            sg.tensors[index].quantization.zeroPoint = [zp]
+
+    path = tmp_path / "sqdiff.tflite"
+    path.write_bytes(edit((DATA / "ops" / "squared_difference.int8.tflite").read_bytes(), requantize))
+    model = read_tflite(path)
+    it = Interpreter(model_path=str(path), experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    it.allocate_tensors()
+    ins = it.get_input_details()
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        a, b = (rng.integers(-128, 128, d["shape"]).astype(np.int8) for d in ins)
+        it.set_tensor(ins[0]["index"], a)
+        it.set_tensor(ins[1]["index"], b)
+        it.invoke()
+        want = it.get_tensor(it.get_output_details()[0]["index"])
+        names = [model.main.tensors[i].name for i in model.main.inputs]
+        (got,) = reference.run(model, dict(zip(names, (a, b), strict=True))).outputs(model).values()
+        assert np.array_equal(got, want), (seed, np.flatnonzero(got != want)[:10])
