@@ -672,21 +672,58 @@ def gelu(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     assert src is not None
     if src.dtype.value not in ("int8", "uint8") or out.dtype.value != src.dtype.value:
         raise Unsupported(f"GELU of {src.dtype.value} to {out.dtype.value}")
+    approximate = bool(op.options.get("approximate"))
+
+    def transform(real: np.ndarray) -> np.ndarray:
+        half_x = np.float32(0.5) * real
+        if approximate:
+            tanh = _libm("tanhf")
+            inner = _SQRT_2_PI * (real + np.float32(0.044715) * real * real * real)
+            return half_x * (np.float32(1.0) + np.array([tanh(float(v)) for v in inner], np.float32))
+        erfc = _libm("erfcf")
+        return half_x * np.array([erfc(float(v)) for v in real * _SQRT1_2], np.float32)
+
+    result, trace = _lookup(op, x, transform)
+    return result, {"approximate": approximate, **trace}
+
+
+def _lookup(op: OpInfo, x: np.ndarray, transform: Callable[[np.ndarray], np.ndarray]) -> Result:
+    """``LUTPopulate``, then the lookup: for each of the 256 stored values ``v``, ``x = input_scale * (v -
+    input_zero_point)`` in float32, ``y = transform(x)`` in float32, ``round(y / output_scale) +
+    output_zero_point`` (half away from zero), clamped; the output is the table at each input."""
+    src, out = op.inputs[0], op.outputs[0]
+    assert src is not None
     low, high = LIMITS[out.dtype.value]
     stored = np.arange(low, high + 1, dtype=np.int64)
     real = np.float32(scale_of(src)) * (stored - zero_point_of(src)).astype(np.float32)
-    approximate = bool(op.options.get("approximate"))
-    half_x = np.float32(0.5) * real
-    if approximate:
-        tanh = _libm("tanhf")
-        inner = _SQRT_2_PI * (real + np.float32(0.044715) * real * real * real)
-        y = half_x * (np.float32(1.0) + np.array([tanh(float(v)) for v in inner], np.float32))
-    else:
-        erfc = _libm("erfcf")
-        y = half_x * np.array([erfc(float(v)) for v in real * _SQRT1_2], np.float32)
-    table, clipped = _clamp(round_half_away_array(y / np.float32(scale_of(out))) + zero_point_of(out), low, high,
-                            out.dtype.value)
-    return [table[x.astype(np.int64) - low]], {"approximate": approximate, "table_clamped": clipped}
+    with np.errstate(over="ignore", invalid="ignore"):
+        wide = (transform(real) / np.float32(scale_of(out))).astype(np.float64)
+    # A value past the int32 range (exp(60) is inf in float32) saturates: the highest output for +inf, as
+    # LiteRT's table has it (measured on the EXP op model at input scale 0.5).
+    wide = np.clip(np.nan_to_num(wide, nan=0.0, posinf=2.0**31 - 1, neginf=-(2.0**31)), -(2.0**31), 2.0**31 - 1)
+    table, clipped = _clamp(round_half_away_array(wide) + zero_point_of(out), low, high, out.dtype.value)
+    return [table[x.astype(np.int64) - low]], {"table_clamped": clipped}
+
+
+def exp(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """EXP of 8-bit tensors: the table of ``expf`` (the C library's, as the kernel's ``std::exp``) at each
+    stored value (see :func:`_lookup`)."""
+    x, src, out = _given(inputs, 0), op.inputs[0], op.outputs[0]
+    assert src is not None
+    if src.dtype.value not in ("int8", "uint8") or out.dtype.value != src.dtype.value:
+        raise Unsupported(f"EXP of {src.dtype.value} to {out.dtype.value}")
+    expf = _libm("expf")
+    return _lookup(op, x, lambda real: np.array([expf(float(v)) for v in real], np.float32))
+
+
+def mirror_pad(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """MIRROR_PAD: the borders copied from inside, REFLECT (mode 0: the edge itself not repeated) or SYMMETRIC
+    (mode 1: repeated); no arithmetic."""
+    x, pads = _given(inputs, 0), _given(inputs, 1).reshape(-1, 2)
+    mode = op.options.get("mode", 0)
+    symmetric = mode in (1, "SYMMETRIC")
+    return [np.pad(x, [(int(b), int(a)) for b, a in pads], mode="symmetric" if symmetric else "reflect")], {
+        "mode": "SYMMETRIC" if symmetric else "REFLECT", "paddings": pads.tolist()}
 
 
 def hard_swish(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
@@ -956,6 +993,8 @@ OPS: dict[str, Callable[[OpInfo, TFLiteModel, Arrays], Result]] = {
     "TANH": tanh,
     "HARD_SWISH": hard_swish,
     "GELU": gelu,
+    "EXP": exp,
+    "MIRROR_PAD": mirror_pad,
     "LEAKY_RELU": leaky_relu,
     "L2_NORMALIZATION": l2_normalization,
     "TRANSPOSE": transpose,

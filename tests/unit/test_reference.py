@@ -335,7 +335,7 @@ def _both_ways(path: Path, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return next(iter(got.values())), it.get_tensor(it.get_output_details()[0]["index"])
 
 
-@pytest.mark.parametrize("op", ["hard_swish", "leaky_relu", "gelu", "gelu_tanh"])
+@pytest.mark.parametrize("op", ["hard_swish", "leaky_relu", "gelu", "gelu_tanh", "exp"])
 @pytest.mark.parametrize(("in_scale", "in_zp", "out_scale", "out_zp"), [
     (0.02, -5, 0.015, -60),  # a narrow input range: the reluish multiplier shifts right
     (0.5, 20, 0.3, -100),  # a wide one (MobileNetV3's partly trained layers reach +-100): it shifts left
