@@ -65,7 +65,7 @@ def identity(path: Path) -> str:
     text = os.path.normpath(path)
     if os.path.isabs(text):
         inside = os.path.relpath(text, os.getcwd())
-        text = inside if not inside.startswith("..") else text
+        text = text if inside == ".." or inside.startswith("../") else inside
     return Path(text).as_posix()
 
 
