@@ -37,6 +37,7 @@ def cases() -> dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]]:
     b_tconv2 = tf.constant(rng.normal(0, 0.5, (3,)).astype(np.float32))
     w_fc = tf.constant(rng.normal(0, 0.3, (9, 5)).astype(np.float32))
     const4 = tf.constant(rng.normal(0, 0.5, (1, 1, 1, 4)).astype(np.float32))
+    alpha = tf.constant(rng.uniform(0.05, 0.6, (1, 1, 4)).astype(np.float32))  # one slope per channel
     table: dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]] = {
         "abs": (lambda x: tf.abs(x), [S4]),
         "add": (lambda a, b: a + b, [S4, S4]),
@@ -97,6 +98,8 @@ def cases() -> dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]]:
         "rsqrt": (lambda x: tf.math.rsqrt(tf.abs(x) + 1.0), [S4]),
         "sin": (lambda x: tf.sin(x), [S4]),
         "slice": (lambda x: tf.slice(x, [0, 1, 1, 0], [1, 4, 3, 4]), [S4]),
+        # Keras PReLU's arithmetic (relu(x) - alpha * relu(-x)): the converter fuses it into PRELU.
+        "prelu": (lambda x: tf.nn.relu(x) + (-alpha) * tf.nn.relu(-x), [S4]),
         "softmax": (lambda x: tf.nn.softmax(x), [(1, 7)]),
         "space_to_depth": (lambda x: tf.nn.space_to_depth(x, 2), [(1, 6, 4, 3)]),
         "split2": (lambda x: tf.concat(tf.split(x, 2, axis=3)[::-1], axis=3), [S4]),

@@ -365,6 +365,76 @@ def mul(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     return [result], {"output_multiplier": [m, s], "clamped": clipped, "activation_range": [low, high]}
 
 
+def _count_leading_sign_bits(x: np.ndarray) -> np.ndarray:
+    """``CountLeadingSignBits`` of int32 values: the redundant sign bits (``__builtin_clrsb``: 31 for 0 and
+    -1, 26 for -32, 0 for INT32_MIN)."""
+    from . import gemmlowp as g
+
+    x64 = np.asarray(x, np.int64)
+    return np.where(x64 >= 0, g.count_leading_zeros(x64) - 1,
+                    np.where(x64 == -(2**31), 0, g.count_leading_zeros(2 * np.abs(x64) - 1)))
+
+
+def div(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """DIV of int8 (``reference_ops::DivElementwise``): ``x1 = in1 - zp1``, ``x2 = in2 - zp2`` (both negated
+    when ``x2 < 0``); ``1 / x2`` as a Q0.31 reciprocal and its shift (``GetReciprocal(x2, 31)``); ``x1`` shifted
+    left by its ``headroom`` (redundant sign bits) and multiplied by the reciprocal
+    (``MultiplyByQuantizedMultiplierGreaterThanOne``); then ``out = output_zp + RoundingDivideByPOT(SRDHM(q, M),
+    -(s - recip_shift - headroom))`` for ``in1_scale / (in2_scale * out_scale)`` (in float32, as the kernel's
+    Prepare computes it), clamped to the activation's range; broadcasting as NumPy does."""
+    from . import gemmlowp as g
+
+    a, b = _given(inputs, 0), _given(inputs, 1)
+    in1, in2, out = op.inputs[0], op.inputs[1], op.outputs[0]
+    assert in1 is not None and in2 is not None
+    if out.dtype.value not in ("int8", "uint8") or in1.dtype.value != out.dtype.value:
+        raise Unsupported(f"DIV of {in1.dtype.value} to {out.dtype.value}")
+    x1, x2 = np.broadcast_arrays(a.astype(np.int64) - zero_point_of(in1), b.astype(np.int64) - zero_point_of(in2))
+    if (x2 == 0).any():
+        raise Unsupported("a divisor equal to its zero point (a division by zero; the kernel's result is undefined)")
+    x1, x2 = np.where(x2 < 0, -x1, x1), np.abs(x2)
+    real = float(np.float32(scale_of(in1)) / (np.float32(scale_of(in2)) * np.float32(scale_of(out))))
+    m, s = quantize_multiplier(real)
+    reciprocal, recip_shift = g.get_reciprocal(x2, 31)
+    headroom = _count_leading_sign_bits(x1)
+    shifted = (x1 << headroom).astype(np.int32).astype(np.int64)  # C: int32 x * (1 << headroom)
+    quotient = saturating_rounding_doubling_high_mul(shifted, reciprocal)
+    exponent = -(s - recip_shift - headroom)
+    product = saturating_rounding_doubling_high_mul(quotient, m)
+    # A quotient far under the output's step needs a right shift past 31 bits, undefined in C. The kernel
+    # computes it as x86 does (measured against LiteRT's reference kernel): the rounding mask is every bit and
+    # the shift count is taken modulo 32, so such a quotient comes out near its unshifted value, usually the
+    # highest output. The trace counts those values.
+    past = exponent > 31
+    wide = (product >> (exponent & 31)) + (product > (np.int64(-1) + (product < 0)))
+    scaled = np.where(past, wide, rounding_divide_by_pot(product, np.minimum(exponent, 31)))
+    low, high = _output_range(op)
+    result, clipped = _clamp(scaled + zero_point_of(out), low, high, out.dtype.value)
+    return [result], {"output_multiplier": [m, s], "clamped": clipped, "activation_range": [low, high],
+                      "shift_past_31": int(np.count_nonzero(past))}
+
+
+def prelu(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """PRELU of 8-bit tensors (``reference_ops::BroadcastPrelu4DSlow``): ``x = in - input_zp``; ``out =
+    output_zp + MBQM(x, M1, s1)`` for ``x >= 0`` with ``input_scale / output_scale``, else ``MBQM(x * (alpha -
+    alpha_zp), M2, s2)`` with ``input_scale * alpha_scale / output_scale`` (both in double), clamped; alpha
+    broadcast as NumPy does."""
+    x, alpha = _given(inputs, 0), _given(inputs, 1)
+    src, slope, out = op.inputs[0], op.inputs[1], op.outputs[0]
+    assert src is not None and slope is not None
+    if src.dtype.value not in ("int8", "uint8") or out.dtype.value != src.dtype.value:
+        raise Unsupported(f"PRELU of {src.dtype.value} to {out.dtype.value}")
+    m1, s1 = quantize_multiplier(scale_of(src) / scale_of(out))
+    m2, s2 = quantize_multiplier(scale_of(src) * scale_of(slope) / scale_of(out))
+    value, a = np.broadcast_arrays(x.astype(np.int64) - zero_point_of(src),
+                                   alpha.astype(np.int64) - zero_point_of(slope))
+    scaled = np.where(value >= 0, multiply_by_quantized_multiplier(value, m1, s1),
+                      multiply_by_quantized_multiplier(value * a, m2, s2)) + zero_point_of(out)
+    low, high = LIMITS[out.dtype.value]
+    result, clipped = _clamp(scaled, low, high, out.dtype.value)
+    return [result], {"identity_multiplier": [m1, s1], "alpha_multiplier": [m2, s2], "clamped": clipped}
+
+
 def _pool(op: OpInfo, x: np.ndarray, reduce: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Result:
     o = op.options
     kh, kw, sh, sw = o["filter_height"], o["filter_width"], o["stride_h"], o["stride_w"]
@@ -716,6 +786,63 @@ def exp(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     return _lookup(op, x, lambda real: np.array([expf(float(v)) for v in real], np.float32))
 
 
+def log(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """LOG of 8-bit tensors: the table of ``logf`` (the C library's, as the kernel's ``std::log``) at each
+    stored value (see :func:`_lookup`); a stored value at or below zero has no logarithm and takes the
+    lowest output."""
+    x, src, out = _given(inputs, 0), op.inputs[0], op.outputs[0]
+    assert src is not None
+    if src.dtype.value not in ("int8", "uint8") or out.dtype.value != src.dtype.value:
+        raise Unsupported(f"LOG of {src.dtype.value} to {out.dtype.value}")
+    logf = _libm("logf")
+    return _lookup(op, x, lambda real: np.array([logf(float(v)) if v > 0 else -np.inf for v in real], np.float32))
+
+
+def abs_(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """ABS (``elementwise::AbsEvalQuantized``): ``value = |in - input_zp|``; when the scales differ
+    ``out = output_zp + MBQM(value, M, s)`` for ``input_scale / output_scale`` (the quotient in float32),
+    else ``out = output_zp + value``; clamped to the type's range."""
+    x, src, out = _given(inputs, 0), op.inputs[0], op.outputs[0]
+    assert src is not None
+    if src.dtype.value not in ("int8", "int16") or out.dtype.value != src.dtype.value:
+        raise Unsupported(f"ABS of {src.dtype.value} to {out.dtype.value}")
+    value = np.abs(x.astype(np.int64) - zero_point_of(src))
+    trace: dict[str, Any] = {}
+    if np.float32(scale_of(src)) != np.float32(scale_of(out)):
+        m, s = quantize_multiplier(float(np.float32(scale_of(src)) / np.float32(scale_of(out))))
+        value = multiply_by_quantized_multiplier(value, m, s)
+        trace["output_multiplier"] = [m, s]
+    low, high = LIMITS[out.dtype.value]
+    result, clipped = _clamp(value + zero_point_of(out), low, high, out.dtype.value)
+    return [result], {**trace, "clamped": clipped}
+
+
+def rsqrt(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """RSQRT of int8 (``elementwise::RsqrtEvalQuantized``): ``value = in - input_zp`` (the kernel refuses a
+    negative one); 0 gives the highest output; else ``1 / sqrt(value)`` as a fixed-point multiplier and
+    shift (``GetInvSqrtQuantizedMultiplierExp``), taken as ``data = MBQM(1, M, shift + 20)``, then ``out =
+    output_zp + MBQM(data, M_out, s_out - 20)`` for ``1 / (sqrt(input_scale) * output_scale)`` (in double),
+    clamped."""
+    from . import gemmlowp as g
+
+    x, src, out = _given(inputs, 0), op.inputs[0], op.outputs[0]
+    assert src is not None
+    if src.dtype.value != "int8" or out.dtype.value != "int8":
+        raise Unsupported(f"RSQRT of {src.dtype.value} to {out.dtype.value}")
+    value = x.astype(np.int64) - zero_point_of(src)
+    if (value < 0).any():
+        first = int(x.reshape(-1)[np.argmax(value.reshape(-1) < 0)])
+        raise Unsupported(f"a negative input ({first}, under the zero point {zero_point_of(src)}): "
+                          "the kernel refuses it")
+    m_out, s_out = quantize_multiplier(1.0 / (math.sqrt(float(np.float32(scale_of(src)))) * scale_of(out)))
+    inv_m, inv_s = g.inv_sqrt_quantized_multiplier(np.maximum(value, 1), -1)
+    data = multiply_by_quantized_multiplier(np.ones_like(value), inv_m, inv_s + 20)
+    scaled = multiply_by_quantized_multiplier(data, m_out, s_out - 20) + zero_point_of(out)
+    scaled = np.where(value == 0, 127, scaled)
+    result, clipped = _clamp(scaled, -128, 127, "int8")
+    return [result], {"output_multiplier": [m_out, s_out], "clamped": clipped}
+
+
 def mirror_pad(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     """MIRROR_PAD: the borders copied from inside, REFLECT (mode 0: the edge itself not repeated) or SYMMETRIC
     (mode 1: repeated); no arithmetic."""
@@ -973,6 +1100,8 @@ OPS: dict[str, Callable[[OpInfo, TFLiteModel, Arrays], Result]] = {
     "ADD": add,
     "SUB": sub,
     "MUL": mul,
+    "DIV": div,
+    "PRELU": prelu,
     "SQUARED_DIFFERENCE": squared_difference,
     "AVERAGE_POOL_2D": average_pool_2d,
     "MAX_POOL_2D": max_pool_2d,
@@ -995,6 +1124,9 @@ OPS: dict[str, Callable[[OpInfo, TFLiteModel, Arrays], Result]] = {
     "GELU": gelu,
     "EXP": exp,
     "MIRROR_PAD": mirror_pad,
+    "LOG": log,
+    "ABS": abs_,
+    "RSQRT": rsqrt,
     "LEAKY_RELU": leaky_relu,
     "L2_NORMALIZATION": l2_normalization,
     "TRANSPOSE": transpose,

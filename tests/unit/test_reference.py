@@ -485,3 +485,135 @@ def test_squared_difference_is_bit_exact_at_many_scales(tmp_path: Path, scales: 
         names = [model.main.tensors[i].name for i in model.main.inputs]
         (got,) = reference.run(model, dict(zip(names, (a, b), strict=True))).outputs(model).values()
         assert np.array_equal(got, want), (seed, np.flatnonzero(got != want)[:10])
+
+
+def _one_op(tmp_path: Path, name: str, quantization: list[tuple[float, int]], shapes: dict[int, list[int]],
+            activation: int | None = None) -> Path:
+    """The op model's last op alone (the ops before it dropped, its inputs made the model's), with the given
+    (scale, zero point) for its inputs then its output, and the given shapes by position (inputs, then
+    output)."""
+    from ..tflite_edit import edit
+
+    def change(m: Any) -> None:
+        sg = m.subgraphs[0]
+        op = sg.operators[-1]
+        sg.operators = [op]
+        sg.inputs = [i for i in op.inputs if m.buffers[sg.tensors[i].buffer].data is None]  # not the constants
+        for k, index in enumerate((*op.inputs, *op.outputs)):
+            t = sg.tensors[index]
+            t.quantization.scale, t.quantization.zeroPoint = [quantization[k][0]], [quantization[k][1]]
+            if k in shapes:
+                t.shape = t.shapeSignature = shapes[k]
+        if activation is not None:
+            op.builtinOptions.fusedActivationFunction = activation
+
+    path = tmp_path / f"{name}-only.tflite"
+    path.write_bytes(edit((DATA / "ops" / f"{name}.int8.tflite").read_bytes(), change))
+    return path
+
+
+def _both_ways_many(path: Path, feeds: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """The output of a model of several inputs from the reference and from LiteRT's reference kernels, and the
+    reference's trace of its last op."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    model = read_tflite(path)
+    it = Interpreter(model_path=str(path), experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    it.allocate_tensors()
+    for d, x in zip(it.get_input_details(), feeds, strict=True):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    computed = reference.run(model, {model.main.tensors[i].name: x
+                                     for i, x in zip(model.main.inputs, feeds, strict=True)})
+    (got,) = computed.outputs(model).values()
+    return got, it.get_tensor(it.get_output_details()[0]["index"]), computed.steps[-1].trace
+
+
+EVERY_INT8 = np.arange(-128, 128, dtype=np.int8).reshape(1, 256)
+
+
+@pytest.mark.parametrize("op", ["abs", "log", "rsqrt"])
+@pytest.mark.parametrize(("in_scale", "in_zp", "out_scale", "out_zp"), [
+    (0.02, -128, 0.015, -60),
+    (0.5, -128, 0.3, -100),
+    (0.1, -128, 0.2, 127),  # the output clamps
+    (0.0123, -128, 0.0123, 0),  # one scale in and out: ABS adds no multiplier
+    (0.0078, -128, 0.0027, -128),
+])
+def test_abs_log_and_rsqrt_are_bit_exact_at_every_input_and_many_scales(
+        tmp_path: Path, op: str, in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> None:
+    """Every int8 input at or above the zero point (RSQRT refuses the others), against LiteRT's reference
+    kernels, with the op alone."""
+    path = _one_op(tmp_path, op, [(in_scale, in_zp), (out_scale, out_zp)], {0: [1, 256], 1: [1, 256]})
+    got, want, _ = _both_ways_many(path, [EVERY_INT8])
+    assert np.array_equal(got, want), np.flatnonzero(got != want)[:10]
+
+
+def test_abs_is_bit_exact_below_its_zero_point(tmp_path: Path) -> None:
+    path = _one_op(tmp_path, "abs", [(0.03, 17), (0.02, -90)], {0: [1, 256], 1: [1, 256]})
+    got, want, trace = _both_ways_many(path, [EVERY_INT8])
+    assert np.array_equal(got, want) and trace["clamped"] > 0
+
+
+def test_rsqrt_of_a_value_under_its_zero_point_is_refused_as_the_kernel_refuses_it(tmp_path: Path) -> None:
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    path = _one_op(tmp_path, "rsqrt", [(0.02, 0), (0.015, -60)], {0: [1, 256], 1: [1, 256]})
+    model = read_tflite(path)
+    message = r"^op #0 RSQRT: a negative input \(-128, under the zero point 0\): the kernel refuses it$"
+    with pytest.raises(reference.ReferenceError, match=message):
+        reference.run(model, {model.main.tensors[model.main.inputs[0]].name: EVERY_INT8})
+    it = Interpreter(model_path=str(path), experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], EVERY_INT8)
+    with pytest.raises(RuntimeError, match="Rsqrt is only defined for positive values"):
+        it.invoke()
+
+
+DIVISORS = np.array([[v] * 256 for v in range(-128, 128)], np.int8)  # 256 x 256: every pair
+
+
+@pytest.mark.parametrize(("scales", "past_31"), [
+    ((0.0078, 0, 0.0078, -128, 0.0076, -3), False),  # the op model's
+    ((0.5, 10, 0.01, -20, 0.3, 5), False),
+    ((0.01, -128, 0.9, 100, 0.002, -100), True),
+    ((1.0, 0, 1.0, 0, 1.0, 0), True),  # a quotient of 1 / 128 is 0.008 steps: the shift passes 31
+    ((0.003, 3, 0.2, 0, 40.0, 0), True),  # every quotient under 1/1000 of a step
+])
+def test_div_is_bit_exact_on_every_pair_of_int8_values(tmp_path: Path, scales: tuple[Any, ...],
+                                                        past_31: bool) -> None:
+    """Every dividend with every divisor but the divisor's zero point (a division by zero), against LiteRT's
+    reference kernel, including the quotients whose rounding shift passes 31 bits (undefined in C, computed
+    as x86 does, and counted in the trace)."""
+    s1, z1, s2, z2, so, zo = scales
+    divisors = DIVISORS[DIVISORS[:, 0] != z2]
+    path = _one_op(tmp_path, "div", [(s1, z1), (s2, z2), (so, zo)], {0: [255, 256], 1: [255, 256], 2: [255, 256]})
+    dividends = np.tile(EVERY_INT8, (255, 1))
+    got, want, trace = _both_ways_many(path, [dividends, divisors])
+    assert np.array_equal(got, want), np.flatnonzero(got != want)[:10]
+    assert (trace["shift_past_31"] > 0) is past_31
+
+
+def test_div_fuses_its_activation_and_refuses_a_division_by_zero(tmp_path: Path) -> None:
+    shapes = {0: [255, 256], 1: [255, 256], 2: [255, 256]}
+    path = _one_op(tmp_path, "div", [(0.05, 3), (0.02, -7), (0.04, 10)], shapes, activation=1)  # RELU
+    divisors = DIVISORS[DIVISORS[:, 0] != -7]
+    got, want, trace = _both_ways_many(path, [np.tile(EVERY_INT8, (255, 1)), divisors])
+    assert np.array_equal(got, want) and trace["activation_range"] == [10, 127] and got.min() == 10
+    model = read_tflite(path)
+    names = [model.main.tensors[i].name for i in model.main.inputs]
+    with pytest.raises(reference.ReferenceError, match=r"^op #0 DIV: a divisor equal to its zero point \(a division "
+                                                       r"by zero; the kernel's result is undefined\)$"):
+        reference.run(model, dict(zip(names, (np.tile(EVERY_INT8, (255, 1)), DIVISORS[1:]), strict=True)))
+
+
+@pytest.mark.parametrize("scales", [(0.0078, 0, 0.004, 0, 0.0059, -41), (0.5, -20, 0.01, 30, 0.3, 5),
+                                    (0.01, -128, 0.9, -100, 0.002, 127), (0.05, 100, 0.003, -7, 0.8, -128)])
+def test_prelu_is_bit_exact_at_every_input_and_many_scales(tmp_path: Path, scales: tuple[Any, ...]) -> None:
+    """Every int8 input in each of 4 channels, each with its own slope (the alpha zero point non-zero in
+    two sets), against LiteRT's reference kernel."""
+    si, zi, sa, za, so, zo = scales
+    path = _one_op(tmp_path, "prelu", [(si, zi), (sa, za), (so, zo)], {0: [1, 256, 1, 4], 2: [1, 256, 1, 4]})
+    x = np.repeat(EVERY_INT8.reshape(1, 256, 1, 1), 4, axis=3)
+    got, want, _ = _both_ways_many(path, [x])
+    assert np.array_equal(got, want), np.flatnonzero(got != want)[:10]
