@@ -1,6 +1,8 @@
-"""Generate single-op int8 models for the target proof tests: tests/data/ops/<case>.int8.tflite.
+"""Generate single-op int8 models for the target proof tests: tests/data/ops/<case>.int8.tflite, and int16x8
+ones for the NumPy reference: tests/data/ops16/<case>.int16x8.tflite.
 
     python scripts/make_op_models.py [--out tests/data/ops] [CASE ...]
+    python scripts/make_op_models.py --mode int16x8 [--out tests/data/ops16] [CASE ...]
 
 Each case is one TF op (or a small idiom) traced with a static batch and converted to
 full integer int8 (int8 I/O, TFLITE_BUILTINS_INT8) with seeded calibration data. The
@@ -23,7 +25,13 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 import numpy as np
 
 OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "ops"
+OUT16 = OUT.parent / "ops16"
 S4 = (1, 6, 5, 4)  # N, H, W, C: every dimension distinct
+# The cases also made int16x8 (<case>.int16x8.tflite, --mode int16x8), for the NumPy reference's int16 paths.
+INT16X8 = ("abs", "add", "add_broadcast", "avg_pool", "batch_matmul", "concat2", "conv2d", "conv2d_relu6", "depthwise",
+           "fully_connected", "gather", "leaky_relu", "logistic", "max_pool", "maximum", "mean_hw", "mul",
+           "pad", "relu", "relu6", "reshape", "resize_bilinear", "resize_nearest", "softmax", "strided_slice",
+           "sub", "tanh", "transpose", "transpose_conv")
 
 
 def cases() -> dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]]:
@@ -125,7 +133,8 @@ def cases() -> dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]]:
     return table
 
 
-def convert(fn: Callable[..., Any], shapes: list[tuple[int, ...]], *, samples: int = 16, seed: int = 0) -> bytes:
+def convert(fn: Callable[..., Any], shapes: list[tuple[int, ...]], *, samples: int = 16, seed: int = 0,
+            mode: str = "int8") -> bytes:
     import tensorflow as tf
 
     specs = [tf.TensorSpec(s, tf.float32, name=f"in{i}") for i, s in enumerate(shapes)]
@@ -139,24 +148,32 @@ def convert(fn: Callable[..., Any], shapes: list[tuple[int, ...]], *, samples: i
 
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     converter.representative_dataset = representative
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    converter.inference_input_type = tf.int8
-    converter.inference_output_type = tf.int8
+    if mode == "int16x8":  # int16 activations, int8 weights, int64 biases
+        int16x8 = tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+        converter.target_spec.supported_ops = [int16x8]
+        converter.inference_input_type = converter.inference_output_type = tf.int16
+    else:
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        converter.inference_input_type = converter.inference_output_type = tf.int8
     converter.exclude_conversion_metadata = True
     return bytes(converter.convert())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--out", type=Path, help="default: tests/data/ops, or tests/data/ops16 for int16x8")
+    parser.add_argument("--mode", choices=("int8", "int16x8"), default="int8",
+                        help="int16x8: int16 activations and I/O, int8 weights (the cases in INT16X8)")
     parser.add_argument("cases", nargs="*")
     args = parser.parse_args()
+    args.out = args.out or (OUT if args.mode == "int8" else OUT16)
     args.out.mkdir(parents=True, exist_ok=True)
     table = cases()
-    for name in args.cases or sorted(table):
+    for name in args.cases or sorted(table if args.mode == "int8" else INT16X8):
         fn, shapes = table[name]
-        (args.out / f"{name}.int8.tflite").write_bytes(convert(fn, shapes))
-        print(f"wrote {args.out / name}.int8.tflite")
+        path = args.out / f"{name}.{args.mode}.tflite"
+        path.write_bytes(convert(fn, shapes, mode=args.mode))
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

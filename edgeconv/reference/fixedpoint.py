@@ -92,6 +92,17 @@ def multiply_by_quantized_multiplier_single_rounding(x: np.ndarray, multiplier: 
     return (product + (np.int64(1) << (total - 1))) >> total
 
 
+def multiply_by_quantized_multiplier_int64(x: np.ndarray, multiplier: np.ndarray | int,
+                                           shift: np.ndarray | int) -> np.ndarray:
+    """``MultiplyByQuantizedMultiplier(int64_t x, ...)``, what the int16x8 convolutions requantize their int64
+    accumulators with: the multiplier reduced to 16 bits (``(M + 2^15) >> 16``, at most ``0x7FFF``), then one
+    rounding shift by ``15 - shift``."""
+    m = np.asarray(multiplier, dtype=np.int64)
+    reduced = np.where(m < 0x7FFF0000, (m + (1 << 15)) >> 16, 0x7FFF)
+    total = 15 - np.asarray(shift, dtype=np.int64)
+    return (np.asarray(x, dtype=np.int64) * reduced + (np.int64(1) << (total - 1))) >> total
+
+
 def activation_range(activation: str, scale: float, zero_point: int, qmin: int, qmax: int) -> tuple[int, int]:
     """``CalculateActivationRangeQuantized``: the fused activation as a clamp of the quantized output, the
     real bounds quantized with the output's scale and zero point (float32 division, rounded half away)."""

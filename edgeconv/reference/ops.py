@@ -21,6 +21,7 @@ from .fixedpoint import (
     INT32_MIN,
     activation_range,
     multiply_by_quantized_multiplier,
+    multiply_by_quantized_multiplier_int64,
     multiply_by_quantized_multiplier_single_rounding,
     quantize_multiplier,
     round_half_away_array,
@@ -51,6 +52,11 @@ def zero_point_of(t: TensorInfo | None) -> int:
         raise Unsupported("an optional input it needs is missing")
     q = t.quantization
     return int(q.zero_point[0]) if q is not None and q.zero_point else 0
+
+
+def _f32_quotient(numerator: float | np.floating[Any], denominator: float) -> float:
+    """``a / b`` of two float scales as C computes it in a kernel's Prepare: in float32, then widened."""
+    return float(np.float32(np.float32(numerator) / np.float32(denominator)))
 
 
 def _clamp(values: np.ndarray, low: int, high: int, dtype: str) -> tuple[np.ndarray, int]:
@@ -124,11 +130,17 @@ def _per_channel(op: OpInfo, weights: TensorInfo | None, channels: int,
 
 
 def _requantize(acc: np.ndarray, op: OpInfo, multiplier: np.ndarray, shift: np.ndarray,
-                trace: dict[str, Any], *, single_rounding: bool = False) -> np.ndarray:
-    """int32 accumulator -> output: ``output_offset + MultiplyByQuantizedMultiplier(acc, M, s)`` (rounded
-    twice, as gemmlowp does, or once), clamped to the fused activation's range."""
+                trace: dict[str, Any], *, rounding: str | None = None) -> np.ndarray:
+    """Accumulator -> output: ``output_offset + MultiplyByQuantizedMultiplier(acc, M, s)``, clamped to the
+    fused activation's range. ``rounding``: ``double`` (int32, as gemmlowp: the doubling high multiply then a
+    rounding shift), ``single`` (once, in 64 bits) or ``int64`` (the 16-bit multiplier of the int64
+    overload); by default ``int64`` for an int16 output (the int16x8 kernels' int64 accumulators), else
+    ``double``."""
     out = op.outputs[0]
-    multiply = multiply_by_quantized_multiplier_single_rounding if single_rounding else multiply_by_quantized_multiplier
+    rounding = rounding or ("int64" if out.dtype.value == "int16" else "double")
+    multiply = {"double": multiply_by_quantized_multiplier, "single": multiply_by_quantized_multiplier_single_rounding,
+                "int64": multiply_by_quantized_multiplier_int64}[rounding]
+    trace["rounding"] = rounding
     scaled = multiply(acc, multiplier, shift) + zero_point_of(out)
     low, high = _output_range(op)
     result, clipped = _clamp(scaled, low, high, out.dtype.value)
@@ -208,7 +220,7 @@ def batch_matmul(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     lhs, rhs = _given(inputs, 0), _given(inputs, 1)
     a, bt, out = op.inputs[0], op.inputs[1], op.outputs[0]
     assert a is not None and bt is not None
-    if a.dtype.value != "int8" or out.dtype.value != "int8":
+    if a.dtype.value not in ("int8", "int16") or out.dtype.value != a.dtype.value:
         raise Unsupported(f"BATCH_MATMUL of {a.dtype.value} to {out.dtype.value}")
     left = lhs.astype(np.int64) - zero_point_of(a)
     right = rhs.astype(np.int64) - zero_point_of(bt)
@@ -254,8 +266,9 @@ def depthwise_conv_2d(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
 
 def fully_connected(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     """``out[b, co] = clamp(output_offset + MBQM(sum_k (in[b, k] + input_offset) * (filter[co, k] +
-    filter_offset) + bias[co], M, s))``: one GEMM [B, K] x [K, CO]. With per-channel weights the
-    requantization rounds once (LiteRT's reference kernel, measured), else twice as the convolutions."""
+    filter_offset) + bias[co], M, s))``: one GEMM [B, K] x [K, CO]. With per-channel weights and an int8
+    output the requantization rounds once (LiteRT's reference kernel, measured), else twice as the
+    convolutions."""
     x, w, b = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None
     assert x is not None and w is not None
     co, k = w.shape
@@ -266,8 +279,11 @@ def fully_connected(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     multiplier, shift = _per_channel(op, op.inputs[1], co)
     weights = op.inputs[1]
     per_channel = weights is not None and weights.quantization is not None and len(weights.quantization.scale) > 1
-    trace: dict[str, Any] = {"gemm": [rows.shape[0], co, k], "single_rounding": per_channel}
-    out = _requantize(acc, op, multiplier, shift, trace, single_rounding=per_channel)
+    # int16x8 rounds twice in int32, per channel or not (measured: 0 of 1,000 values differ; 1 rounded once,
+    # 50 with the int64 overload the convolutions use).
+    rounding = "double" if op.outputs[0].dtype.value == "int16" else "single" if per_channel else "double"
+    trace: dict[str, Any] = {"gemm": [rows.shape[0], co, k]}
+    out = _requantize(acc, op, multiplier, shift, trace, rounding=rounding)
     shape = (*x.shape[:-1], co) if op.options.get("keep_num_dims") else (rows.shape[0], co)
     return [out.reshape(shape)], trace
 
@@ -357,7 +373,7 @@ def mul(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     assert in1 is not None and in2 is not None
     if _is_plain_int32(op):
         return _plain_int32(op, a.astype(np.int64) * b.astype(np.int64))
-    m, s = quantize_multiplier(scale_of(in1) * scale_of(in2) / scale_of(out))
+    m, s = quantize_multiplier(_f32_quotient(np.float32(scale_of(in1)) * np.float32(scale_of(in2)), scale_of(out)))
     product = (a.astype(np.int64) - zero_point_of(in1)) * (b.astype(np.int64) - zero_point_of(in2))
     scaled = multiply_by_quantized_multiplier(product, m, s) + zero_point_of(out)
     low, high = _output_range(op)
@@ -536,7 +552,7 @@ def relu(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     ``in_scale / out_scale``, clamped to the activation's quantized bounds."""
     x, src, out = inputs[0], op.inputs[0], op.outputs[0]
     assert x is not None and src is not None
-    m, s = quantize_multiplier(scale_of(src) / scale_of(out))
+    m, s = quantize_multiplier(_f32_quotient(scale_of(src), scale_of(out)))
     scaled = multiply_by_quantized_multiplier(x.astype(np.int64) - zero_point_of(src), m, s) + zero_point_of(out)
     qmin, qmax = LIMITS[out.dtype.value]
     low, high = activation_range(op.type, scale_of(out), zero_point_of(out), qmin, qmax)
@@ -545,6 +561,71 @@ def relu(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
 
 
 # -- the fixed-point activations (gemmlowp) ------------------------------------------------------------------
+
+def _gen_lut16(func: Callable[[float], float], input_min: float, input_max: float, output_min: float,
+               output_max: float) -> np.ndarray:
+    """``gen_lut<double, int16_t, int16_t>``: 513 int16 values of ``func`` over [input_min, input_max] scaled to
+    the int16 range over [output_min, output_max], each of the 512 steps' sample corrected by half the error
+    of interpolating its midpoint (so the linear interpolation between entries is closer), plus the last
+    value for the slope. In double, rounding half away from zero."""
+    steps = 512
+    step = (input_max - input_min) / steps
+    half_step = step / 2
+    scaling = 65536.0 / (output_max - output_min)
+    lut = np.zeros(steps + 1, np.int64)
+    for i in range(steps):
+        val = func(input_min + i * step)
+        midpoint = func(input_min + i * step + half_step)
+        following = func(input_min + (i + 1) * step)
+        sample = float(round_half_away_array(np.array([val * scaling]))[0])
+        interpolated = float(round_half_away_array(np.array([(following * scaling + sample) / 2]))[0])
+        exact = float(round_half_away_array(np.array([midpoint * scaling]))[0])
+        bias = float(round_half_away_array(np.array([(interpolated - exact) / 2]))[0])
+        lut[i] = int(min(max(sample - bias, -32768.0), 32767.0))
+    last = float(round_half_away_array(np.array([func(input_max) * scaling]))[0])
+    lut[steps] = int(min(max(last, -32768.0), 32767.0))
+    return lut
+
+
+def _lut16_lookup(value: np.ndarray, lut: np.ndarray) -> np.ndarray:
+    """``lut_lookup_with_interpolation`` (int16): entry ``256 + (value >> 7)``, plus the slope to the next
+    entry times the low 7 bits, rounded: ``base + ((slope * (value & 127) + 64) >> 7)``."""
+    index = 256 + (value >> 7)
+    base: np.ndarray = lut[index]
+    looked_up: np.ndarray = base + (((lut[index + 1] - base) * (value & 0x7F) + 64) >> 7)
+    return looked_up
+
+
+def _softmax_int16(op: OpInfo, x: np.ndarray) -> Result:
+    """``reference_ops::SoftmaxInt16`` (int16 in and out, output scale 1/32768 and zero point 0): per row,
+    ``diff = in - max(in)`` scaled so that [-65535, 0] is [-10, 0] (``beta * input_scale / (10 / 65535)``),
+    recentred to int16 and looked up in an exp table (:func:`_gen_lut16`, exp over [-10, 0]); the sum of
+    exps (Q16.15) normalised by its leading zeros and looked up in a 1 / (1 + x) table; each exp times that
+    reciprocal, shifted back and clamped to [0, 32767]."""
+    src = op.inputs[0]
+    assert src is not None
+    beta = float(op.options.get("beta", 1.0))
+    # input->params.scale * params->beta: a float product, then divided in double.
+    product = float(np.float32(np.float32(scale_of(src)) * np.float32(beta)))
+    multiplier, left_shift = quantize_multiplier(product / (10.0 / 65535.0))
+    exp_lut = _gen_lut16(math.exp, -10.0, 0.0, -1.0, 1.0)
+    reciprocal_lut = _gen_lut16(lambda v: 1.0 / (1.0 + v), 0.0, 1.0, -1.0, 1.0)
+    rows = x.reshape(-1, x.shape[-1]).astype(np.int64)
+    diff = rows - rows.max(axis=1, keepdims=True)
+    scaled = multiply_by_quantized_multiplier(diff, multiplier, left_shift) + 32767
+    exps = _lut16_lookup(np.clip(scaled, -32768, 32767), exp_lut)
+    sums = exps.sum(axis=1, keepdims=True)
+    from . import gemmlowp as g
+
+    headroom_plus_one = g.count_leading_zeros(sums)
+    shifted = ((sums << (headroom_plus_one - 1)) + (1 << 13)) >> 14
+    reciprocal = _lut16_lookup(np.clip(shifted - ((1 << 15) + (1 << 16)), -32768, 32767), reciprocal_lut)
+    right_shift = 31 - headroom_plus_one
+    result = (exps * reciprocal + (np.int64(1) << (right_shift - 1))) >> right_shift
+    clamped, clipped = _clamp(result, 0, 32767, "int16")
+    return [clamped.reshape(x.shape)], {"input_multiplier": multiplier, "input_left_shift": left_shift,
+                                        "clamped": clipped}
+
 
 def softmax(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     """``reference_ops::Softmax`` for 8-bit tensors: per row, ``diff = in - max(in)`` scaled by
@@ -555,6 +636,8 @@ def softmax(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
 
     x, src, out = _given(inputs, 0), op.inputs[0], op.outputs[0]
     assert src is not None
+    if src.dtype.value == "int16" and out.dtype.value == "int16":
+        return _softmax_int16(op, x)
     if out.dtype.value not in ("int8", "uint8"):
         raise Unsupported(f"SOFTMAX to {out.dtype.value}")
     beta, input_scale = float(op.options.get("beta", 1.0)), scale_of(src)
@@ -620,6 +703,8 @@ def _sigmoid_like(op: OpInfo, inputs: Arrays, fn: str, output_bits: int, low_val
 
     x, src, out = _given(inputs, 0), op.inputs[0], op.outputs[0]
     assert src is not None
+    if src.dtype.value == "int16" and out.dtype.value == "int16":
+        return _sigmoid_like_int16(op, x, fn)
     if src.dtype.value != "int8" or out.dtype.value != "int8":
         raise Unsupported(f"{op.type} of {src.dtype.value} to {out.dtype.value}")
     multiplier, left_shift = quantize_multiplier(scale_of(src) * float(1 << (31 - 4)))
@@ -632,6 +717,79 @@ def _sigmoid_like(op: OpInfo, inputs: Arrays, fn: str, output_bits: int, low_val
     result, clipped = _clamp(scaled, -128, 127, "int8")
     return [result], {"input_multiplier": multiplier, "input_left_shift": left_shift, "input_range_radius": radius,
                       "clamped": clipped}
+
+
+# sigmoid(i / 24) in unsigned Q0.16 for i = 0..255, TFLite's ``sigmoid_table_uint16`` (tensorflow/lite/kernels/
+# internal/common.h; the same in CMSIS-NN's arm_nntables.c, both Apache-2.0). Its values are not a rounding
+# formula (entry 4 is 35493 where 65536 * sigmoid(4/24) = 35492.36, the last is 65535), so they are data here.
+SIGMOID_TABLE_UINT16 = np.array([
+    32768, 33451, 34133, 34813, 35493, 36169, 36843, 37513, 38180, 38841, 39498, 40149, 40794, 41432, 42064, 42688,
+    43304, 43912, 44511, 45102, 45683, 46255, 46817, 47369, 47911, 48443, 48964, 49475, 49975, 50464, 50942, 51409,
+    51865, 52311, 52745, 53169, 53581, 53983, 54374, 54755, 55125, 55485, 55834, 56174, 56503, 56823, 57133, 57433,
+    57724, 58007, 58280, 58544, 58800, 59048, 59288, 59519, 59743, 59959, 60168, 60370, 60565, 60753, 60935, 61110,
+    61279, 61441, 61599, 61750, 61896, 62036, 62172, 62302, 62428, 62549, 62666, 62778, 62886, 62990, 63090, 63186,
+    63279, 63368, 63454, 63536, 63615, 63691, 63765, 63835, 63903, 63968, 64030, 64090, 64148, 64204, 64257, 64308,
+    64357, 64405, 64450, 64494, 64536, 64576, 64614, 64652, 64687, 64721, 64754, 64786, 64816, 64845, 64873, 64900,
+    64926, 64950, 64974, 64997, 65019, 65039, 65060, 65079, 65097, 65115, 65132, 65149, 65164, 65179, 65194, 65208,
+    65221, 65234, 65246, 65258, 65269, 65280, 65291, 65301, 65310, 65319, 65328, 65337, 65345, 65352, 65360, 65367,
+    65374, 65381, 65387, 65393, 65399, 65404, 65410, 65415, 65420, 65425, 65429, 65433, 65438, 65442, 65445, 65449,
+    65453, 65456, 65459, 65462, 65465, 65468, 65471, 65474, 65476, 65479, 65481, 65483, 65485, 65488, 65489, 65491,
+    65493, 65495, 65497, 65498, 65500, 65501, 65503, 65504, 65505, 65507, 65508, 65509, 65510, 65511, 65512, 65513,
+    65514, 65515, 65516, 65517, 65517, 65518, 65519, 65520, 65520, 65521, 65522, 65522, 65523, 65523, 65524, 65524,
+    65525, 65525, 65526, 65526, 65526, 65527, 65527, 65528, 65528, 65528, 65529, 65529, 65529, 65529, 65530, 65530,
+    65530, 65530, 65531, 65531, 65531, 65531, 65531, 65532, 65532, 65532, 65532, 65532, 65532, 65533, 65533, 65533,
+    65533, 65533, 65533, 65533, 65533, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65535],
+    np.int64)
+
+
+def _check_log2(scale: float) -> tuple[bool, int]:
+    """``CheckedLog2``: log2 of the scale in float32, rounded; whether it is a power of two (within 1e-3)."""
+    x_log2 = np.float32(math.log(np.float32(scale))) * (np.float32(1.0) / np.float32(math.log(2.0)))
+    rounded = np.float32(round_half_away_array(np.array([x_log2], np.float32))[0])
+    return bool(abs(np.float32(x_log2 - rounded)) < np.float32(1e-3)), int(rounded)
+
+
+def _sigmoid_like_int16(op: OpInfo, x: np.ndarray, fn: str) -> Result:
+    """LOGISTIC and TANH of int16 (``reference_integer_ops::Logistic/Tanh``, zero points 0, output scale
+    2^-15): the input brought to the table's scale, 1/(3 * 4096) (``input_multiplier``, ``input_left_shift``
+    from the kernel's Prepare: a power-of-two input scale needs no multiplier, ``3 << shift``); its absolute
+    value indexes :data:`SIGMOID_TABLE_UINT16` (steps of 2^9 for LOGISTIC, 2^8 for TANH, as tanh(x) =
+    2 sigmoid(2x) - 1) with linear interpolation on the fraction, saturating past the table; mirrored for a
+    negative input and rounded back to 16 bits."""
+    src, out = op.inputs[0], op.outputs[0]
+    assert src is not None
+    if zero_point_of(src) != 0 or zero_point_of(out) != 0:
+        raise Unsupported(f"{op.type} of int16 with a zero point (the kernel requires 0)")
+    if _check_log2(scale_of(out)) != (True, -15):
+        raise Unsupported(f"{op.type} of int16 whose output scale is not 2^-15 (the kernel refuses it)")
+    pot, log2 = _check_log2(scale_of(src))
+    left_shift = 12 + log2
+    if pot and left_shift in ((0,) if fn == "logistic" else (0, 1)):
+        multiplier, left_shift = 3 << left_shift, 0
+    else:
+        real, left_shift = float(np.float32(scale_of(src))) * 4096.0 * 3.0, 0
+        while real <= 32767.0 / 2.0 and left_shift <= 30:
+            left_shift, real = left_shift + 1, real * 2.0
+        multiplier = int(real)
+    round_ = (1 << (left_shift - 1)) if left_shift > 0 else 0
+    value = (x.astype(np.int64) * multiplier + round_) >> left_shift
+    magnitude = np.abs(value)
+    step = 9 if fn == "logistic" else 8
+    index = magnitude >> step
+    inside = index < 255
+    low = SIGMOID_TABLE_UINT16[np.minimum(index, 254)]
+    high = SIGMOID_TABLE_UINT16[np.minimum(index, 254) + 1]
+    fraction = magnitude & ((1 << step) - 1)
+    interpolated = np.where(inside, (low << step) + fraction * (high - low), (0x7FFF << 10) if fn == "logistic"
+                            else (0xFFFF << 8))
+    if fn == "logistic":
+        result = np.where(value >= 0, interpolated + (1 << 9), (1 << 25) - interpolated + (1 << 9) - 1) >> 10
+    else:
+        result = np.where(value >= 0, interpolated - (1 << 23) + (1 << 7),
+                          -interpolated + (1 << 23) + (1 << 7) - 1) >> 8
+    clamped, clipped = _clamp(result, -32768, 32767, "int16")
+    return [clamped], {"input_multiplier": multiplier, "input_left_shift": left_shift,
+                       "saturated": int(np.count_nonzero(~inside)), "clamped": clipped}
 
 
 def logistic(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:

@@ -166,15 +166,16 @@ def test_edgetpu_batch_two_maps_nothing(tmp_path: Path, capsys: pytest.CaptureFi
     assert target["shares"] == {"ops": 0.0, "macs": 0.0}
 
 
-def test_committed_op_models_are_what_the_generator_makes(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("mode", "folder"), [("int8", "ops"), ("int16x8", "ops16")])
+def test_committed_op_models_are_what_the_generator_makes(tmp_path: Path, mode: str, folder: str) -> None:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("make_op_models", REPO / "scripts" / "make_op_models.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    committed = {p.name.removesuffix(".int8.tflite") for p in (REPO / "tests" / "data" / "ops").glob("*.tflite")}
-    assert committed == set(module.cases())
+    committed = {p.name.removesuffix(f".{mode}.tflite") for p in (REPO / "tests" / "data" / folder).glob("*.tflite")}
+    assert committed == (set(module.cases()) if mode == "int8" else set(module.INT16X8))
 
     def shape(path: Path) -> list[Any]:
         return [(op.label, op.version, [(t.dtype, t.shape) for t in op.inputs if t], [t.dtype for t in op.outputs])
@@ -186,11 +187,11 @@ def test_committed_op_models_are_what_the_generator_makes(tmp_path: Path) -> Non
     import subprocess
     import sys
 
-    subprocess.run([sys.executable, str(REPO / "scripts" / "make_op_models.py"), "--out", str(tmp_path)],
-                   check=True, capture_output=True)
-    for name in sorted(module.cases()):
-        fresh = tmp_path / f"{name}.int8.tflite"
-        assert shape(fresh) == shape(REPO / "tests" / "data" / "ops" / f"{name}.int8.tflite"), name
+    subprocess.run([sys.executable, str(REPO / "scripts" / "make_op_models.py"), "--mode", mode, "--out",
+                    str(tmp_path)], check=True, capture_output=True)
+    for name in sorted(committed):
+        fresh = tmp_path / f"{name}.{mode}.tflite"
+        assert shape(fresh) == shape(REPO / "tests" / "data" / folder / f"{name}.{mode}.tflite"), name
 
 
 def test_check_on_a_real_network_is_fast_and_needs_no_tensorflow(apps: dict[str, Path]) -> None:

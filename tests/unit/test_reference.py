@@ -40,7 +40,7 @@ def _computable(path: Path) -> bool:
         for op in model.ops for t in (*op.inputs, *op.outputs))
 
 
-MODELS = sorted(p for d in ("ops", "probes", "oracles", "thirdparty") for p in (DATA / d).rglob("*.tflite")
+MODELS = sorted(p for d in ("ops", "ops16", "probes", "oracles", "thirdparty") for p in (DATA / d).rglob("*.tflite")
                 if not p.name.endswith("_edgetpu.tflite") and _computable(p)) + sorted(
     p for p in DATA.glob("*.tflite") if _computable(p))
 
@@ -616,4 +616,66 @@ def test_prelu_is_bit_exact_at_every_input_and_many_scales(tmp_path: Path, scale
     path = _one_op(tmp_path, "prelu", [(si, zi), (sa, za), (so, zo)], {0: [1, 256, 1, 4], 2: [1, 256, 1, 4]})
     x = np.repeat(EVERY_INT8.reshape(1, 256, 1, 1), 4, axis=3)
     got, want, _ = _both_ways_many(path, [x])
+    assert np.array_equal(got, want), np.flatnonzero(got != want)[:10]
+
+
+def test_every_int16x8_op_model_is_computed() -> None:
+    """The int16x8 op models (int16 activations, int8 weights, int64 biases) are all in MODELS, bit-exact above."""
+    made = sorted((DATA / "ops16").glob("*.int16x8.tflite"))
+    assert len(made) == 29 and set(made) <= set(MODELS)
+    assert {op.type for p in made for op in read_tflite(p).ops} >= {
+        "CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "FULLY_CONNECTED", "BATCH_MATMUL", "ADD", "SUB", "MUL",
+        "LOGISTIC", "TANH", "SOFTMAX", "AVERAGE_POOL_2D", "MAX_POOL_2D", "MEAN", "LEAKY_RELU", "ABS"}
+
+
+EVERY_INT16 = np.arange(-32768, 32768, dtype=np.int16).reshape(1, 65536)
+
+
+@pytest.mark.parametrize("op", ["logistic", "tanh"])
+@pytest.mark.parametrize("in_scale", [
+    2.0**-12,  # a power of two: no multiplier (3 << shift)
+    2.0**-11,  # one more: TANH still takes it as a power of two, LOGISTIC does not
+    0.000457,  # the table's scale by a multiplier
+    0.01,  # most of the range saturates
+    3.05e-6,
+])
+def test_int16_logistic_and_tanh_are_bit_exact_at_every_input(tmp_path: Path, op: str, in_scale: float) -> None:
+    """All 65,536 int16 inputs, against LiteRT's reference kernels (the table of sigmoid(i/24) interpolated)."""
+    from ..tflite_edit import edit
+
+    def requantize(m: Any) -> None:
+        sg = m.subgraphs[0]
+        (o,) = sg.operators
+        for index, scale in ((o.inputs[0], in_scale), (o.outputs[0], 2.0**-15)):
+            t = sg.tensors[index]
+            t.quantization.scale, t.quantization.zeroPoint = [scale], [0]
+            t.shape = t.shapeSignature = [1, 65536]
+
+    path = tmp_path / f"{op}16.tflite"
+    path.write_bytes(edit((DATA / "ops16" / f"{op}.int16x8.tflite").read_bytes(), requantize))
+    got, want, trace = _both_ways_many(path, [EVERY_INT16])
+    assert np.array_equal(got, want), np.flatnonzero(got != want)[:10]
+    assert trace["input_multiplier"] > 0
+
+
+@pytest.mark.parametrize(("in_scale", "beta"), [(0.0003, 1.0), (0.00003, 1.0), (0.002, 0.5), (1.5e-5, 2.0)])
+def test_int16_softmax_is_bit_exact_over_many_rows(tmp_path: Path, in_scale: float, beta: float) -> None:
+    """2,000 seeded rows of 37 values (and one of a single repeated value), against LiteRT's reference kernel:
+    the exp and 1 / (1 + x) tables of gen_lut, interpolated."""
+    from ..tflite_edit import edit
+
+    def requantize(m: Any) -> None:
+        sg = m.subgraphs[0]
+        (o,) = sg.operators
+        o.builtinOptions.beta = beta
+        for index, scale in ((o.inputs[0], in_scale), (o.outputs[0], 1 / 32768)):
+            t = sg.tensors[index]
+            t.quantization.scale, t.quantization.zeroPoint = [scale], [0]
+            t.shape = t.shapeSignature = [2001, 37]
+
+    path = tmp_path / "softmax16.tflite"
+    path.write_bytes(edit((DATA / "ops16" / "softmax.int16x8.tflite").read_bytes(), requantize))
+    rows = np.random.default_rng(7).integers(-32768, 32768, (2001, 37)).astype(np.int16)
+    rows[0] = 1234
+    got, want, _ = _both_ways_many(path, [rows])
     assert np.array_equal(got, want), np.flatnonzero(got != want)[:10]
