@@ -51,6 +51,19 @@ def cases() -> dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]]:
         "add": (lambda a, b: a + b, [S4, S4]),
         "add_broadcast": (lambda x: x + const4, [S4]),
         "add_relu": (lambda a, b: tf.nn.relu(a + b), [S4, S4]),
+        "argmin_int32": (lambda x: tf.argmin(x, axis=3, output_type=tf.int32), [S4]),
+        # Comparisons and SELECT(_V2) stay int8 when what they pick is returned. (TF 2.21's converter keeps
+        # NOT_EQUAL float: tests/unit/test_reference.py makes one by editing the EQUAL model.)
+        "greater_select": (lambda a, b: tf.where(a > b, a, b * 0.5), [S4, S4]),
+        "less_equal_select": (lambda a, b: tf.where(a <= b + 0.25, a, b), [S4, S4]),
+        "equal_select": (lambda a, b: tf.where(tf.equal(a, b), a, b * 0.5), [S4, S4]),
+        "greater_equal_select": (lambda a, b: tf.where(a >= b, a, b), [S4, S4]),
+        # Broadcasting makes SELECT_V2.
+        "less_select_v2": (lambda a, b: tf.where(a < b, a, b), [S4, (1, 1, 5, 4)]),
+        "space_to_batch": (lambda x: tf.space_to_batch_nd(x, [2, 2], [[0, 0], [1, 0]]), [(1, 6, 5, 4)]),
+        "batch_to_space": (lambda x: tf.batch_to_space(x, [2, 2], [[0, 1], [1, 0]]), [(4, 3, 3, 4)]),
+        "gather_nd": (lambda x: tf.gather_nd(x, [[0, 1], [0, 3], [0, 5]]), [S4]),
+        "broadcast_to": (lambda x: tf.broadcast_to(x, (1, 6, 5, 4)), [(1, 1, 5, 4)]),
         "argmax_int32": (lambda x: tf.argmax(x, axis=3, output_type=tf.int32), [S4]),
         "avg_pool": (lambda x: tf.nn.avg_pool2d(x, 2, 2, "VALID"), [S4]),
         "batch_matmul": (lambda a, b: tf.matmul(a, b), [(1, 3, 6), (1, 6, 5)]),

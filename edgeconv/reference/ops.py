@@ -1237,9 +1237,93 @@ def reduce_max_min(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
 
 
 def arg_max(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
-    """The index of the largest value along the axis (the first on a tie)."""
+    """The index of the largest (ARG_MAX) or smallest (ARG_MIN) value along the axis (the first on a tie)."""
     axis = int(_given(inputs, 1).reshape(-1)[0])
-    return [np.argmax(_given(inputs, 0), axis=axis).astype(op.outputs[0].dtype.value)], {"axis": axis}
+    pick = np.argmax if op.type == "ARG_MAX" else np.argmin
+    return [pick(_given(inputs, 0), axis=axis).astype(op.outputs[0].dtype.value)], {"axis": axis}
+
+
+_COMPARE: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "EQUAL": np.equal, "NOT_EQUAL": np.not_equal, "GREATER": np.greater, "GREATER_EQUAL": np.greater_equal,
+    "LESS": np.less, "LESS_EQUAL": np.less_equal}
+
+
+def comparison(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """EQUAL, NOT_EQUAL, GREATER(_EQUAL), LESS(_EQUAL) of 8-bit tensors
+    (``reference_ops::BroadcastComparison4DSlowWithScaling``): each input ``(in - zp) << 8`` times its own
+    scale as a multiplier (``QuantizeMultiplierSmallerThanOneExp(scale)``, rounded as MBQM), then compared;
+    a bool output. Integer tensors without quantization compare as they are."""
+    a, b = _given(inputs, 0), _given(inputs, 1)
+    in1, in2 = op.inputs[0], op.inputs[1]
+    assert in1 is not None and in2 is not None
+    trace: dict[str, Any] = {}
+    if in1.dtype.value in ("int8", "uint8") and in1.quantization and in1.quantization.scale:
+        m1, s1 = quantize_multiplier(scale_of(in1))
+        m2, s2 = quantize_multiplier(scale_of(in2))
+        if s1 > 0 or s2 > 0:
+            raise Unsupported(f"{op.type} of a tensor whose scale is 1 or more (the kernel needs a scale under 1)")
+        a = multiply_by_quantized_multiplier((a.astype(np.int64) - zero_point_of(in1)) * (1 << 8), m1, s1)
+        b = multiply_by_quantized_multiplier((b.astype(np.int64) - zero_point_of(in2)) * (1 << 8), m2, s2)
+        trace = {"left_shift": 8, "input1_multiplier": [m1, s1], "input2_multiplier": [m2, s2]}
+    return [_COMPARE[op.type](a, b)], trace
+
+
+def select(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """SELECT and SELECT_V2: ``where(condition, x, y)``, the stored values as they are (the kernel does not
+    rescale; x, y and the output share their quantization), broadcasting; SELECT's one-dimensional condition
+    picks along the first axis."""
+    condition, x, y = _given(inputs, 0).astype(bool), _given(inputs, 1), _given(inputs, 2)
+    if op.type == "SELECT" and condition.ndim == 1 and x.ndim > 1:
+        condition = condition.reshape(-1, *([1] * (x.ndim - 1)))
+    scales = {(scale_of(t), zero_point_of(t)) for t in (op.inputs[1], op.inputs[2], op.outputs[0])
+              if t is not None and t.quantization and t.quantization.scale}
+    if len(scales) > 1:
+        raise Unsupported(f"{op.type} whose inputs and output are quantized differently")
+    return [np.where(condition, x, y).astype(x.dtype)], {}
+
+
+def space_to_batch_nd(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """SPACE_TO_BATCH_ND: the spatial axes padded (with the output's zero point), cut into ``block`` tiles,
+    each tile position becoming a batch: ``[B, H, W, C] -> [bh * bw * B, H' / bh, W' / bw, C]``."""
+    x, block, pads = _given(inputs, 0), _given(inputs, 1).reshape(-1), _given(inputs, 2).reshape(-1, 2)
+    m = len(block)
+    padded = np.pad(x, [(0, 0), *[(int(p), int(q)) for p, q in pads], *[(0, 0)] * (x.ndim - 1 - m)],
+                    constant_values=zero_point_of(op.outputs[0]))
+    shape = [padded.shape[0]]
+    for k in range(m):
+        shape += [padded.shape[1 + k] // int(block[k]), int(block[k])]
+    tiles = padded.reshape(*shape, *padded.shape[1 + m:])
+    order = [2 + 2 * k for k in range(m)] + [0] + [1 + 2 * k for k in range(m)] + list(range(1 + 2 * m, tiles.ndim))
+    moved = tiles.transpose(order)
+    return [moved.reshape(-1, *moved.shape[1 + m:])], {"block": block.tolist(), "paddings": pads.tolist()}
+
+
+def batch_to_space_nd(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """BATCH_TO_SPACE_ND, SPACE_TO_BATCH_ND undone: ``[bh * bw * B, h, w, C] -> [B, h * bh, w * bw, C]``, then
+    the crops removed."""
+    x, block, crops = _given(inputs, 0), _given(inputs, 1).reshape(-1), _given(inputs, 2).reshape(-1, 2)
+    m = len(block)
+    blocks = [int(b) for b in block]
+    batch = x.shape[0] // int(np.prod(blocks))
+    tiles = x.reshape(*blocks, batch, *x.shape[1:])
+    order = [m] + [v for k in range(m) for v in (m + 1 + k, k)] + list(range(2 * m + 1, tiles.ndim))
+    moved = tiles.transpose(order)
+    joined = moved.reshape(batch, *[x.shape[1 + k] * blocks[k] for k in range(m)], *x.shape[1 + m:])
+    cut = tuple([slice(None)] + [slice(int(a), joined.shape[1 + k] - int(b)) for k, (a, b) in enumerate(crops)])
+    return [joined[cut]], {"block": blocks, "crops": crops.tolist()}
+
+
+def gather_nd(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """GATHER_ND: each index vector (the last axis of ``indices``) picks a slice of ``in``."""
+    x, indices = _given(inputs, 0), _given(inputs, 1).astype(np.int64)
+    depth = indices.shape[-1]
+    return [x[tuple(indices[..., k] for k in range(depth))]], {}
+
+
+def broadcast_to(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
+    """BROADCAST_TO: ``in`` repeated to the given shape, as NumPy broadcasts."""
+    shape = tuple(int(v) for v in _given(inputs, 1).reshape(-1))
+    return [np.broadcast_to(_given(inputs, 0), shape).copy()], {}
 
 
 def maximum_minimum(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
@@ -1302,6 +1386,19 @@ OPS: dict[str, Callable[[OpInfo, TFLiteModel, Arrays], Result]] = {
     "RESIZE_NEAREST_NEIGHBOR": resize_nearest_neighbor,
     "RESIZE_BILINEAR": resize_bilinear,
     "ARG_MAX": arg_max,
+    "ARG_MIN": arg_max,
+    "EQUAL": comparison,
+    "NOT_EQUAL": comparison,
+    "GREATER": comparison,
+    "GREATER_EQUAL": comparison,
+    "LESS": comparison,
+    "LESS_EQUAL": comparison,
+    "SELECT": select,
+    "SELECT_V2": select,
+    "SPACE_TO_BATCH_ND": space_to_batch_nd,
+    "BATCH_TO_SPACE_ND": batch_to_space_nd,
+    "GATHER_ND": gather_nd,
+    "BROADCAST_TO": broadcast_to,
     "MEAN": mean,
     "REDUCE_MAX": reduce_max_min,
     "REDUCE_MIN": reduce_max_min,

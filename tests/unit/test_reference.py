@@ -70,9 +70,10 @@ def _litert(path: Path, model: TFLiteModel, seed: int) -> tuple[dict[str, np.nda
 def test_there_are_models_to_check() -> None:
     assert len(MODELS) >= 35
     # Not in a model LiteRT's reference kernels run here: the reshape aliases, RELU_N1_TO_1, DEQUANTIZE, and
-    # TILE v3 and DEPTH_TO_SPACE v2 (ai-edge-litert 2.3.0's reference resolver lacks those versions): by hand below.
+    # TILE v3 and DEPTH_TO_SPACE v2 (ai-edge-litert 2.3.0's reference resolver lacks those versions): by hand
+    # below; NOT_EQUAL, which the converter leaves float: on an edited model below.
     assert {op.type for p in MODELS for op in read_tflite(p).ops} == set(reference.SUPPORTED) - {
-        "EXPAND_DIMS", "SQUEEZE", "RELU_N1_TO_1", "DEQUANTIZE", "TILE", "DEPTH_TO_SPACE"}
+        "EXPAND_DIMS", "SQUEEZE", "RELU_N1_TO_1", "DEQUANTIZE", "TILE", "DEPTH_TO_SPACE", "NOT_EQUAL"}
 
 
 def test_tile_and_depth_to_space_by_hand() -> None:
@@ -679,3 +680,37 @@ def test_int16_softmax_is_bit_exact_over_many_rows(tmp_path: Path, in_scale: flo
     rows[0] = 1234
     got, want, _ = _both_ways_many(path, [rows])
     assert np.array_equal(got, want), np.flatnonzero(got != want)[:10]
+
+
+@pytest.mark.parametrize("comparison", ["EQUAL", "NOT_EQUAL", "GREATER", "GREATER_EQUAL", "LESS", "LESS_EQUAL"])
+@pytest.mark.parametrize("scales", [(0.0039, -3, 0.0078, 5), (0.5, 100, 0.25, -128), (0.013, 0, 0.013, 0)])
+def test_comparisons_are_bit_exact_on_every_pair_of_int8_values(tmp_path: Path, comparison: str,
+                                                               scales: tuple[Any, ...]) -> None:
+    """The EQUAL op model's comparison turned into each of the six (same kernel, another comparator), both
+    inputs requantized, every pair of int8 values: the bool output and what SELECT picks with it. Equal
+    scales and zero points compare the stored values; others compare after each input's own rescaling."""
+    from ai_edge_litert import schema_py_generated as schema
+
+    from ..tflite_edit import edit
+
+    s1, z1, s2, z2 = scales
+
+    def change(m: Any) -> None:
+        sg = m.subgraphs[0]
+        equal = schema.BuiltinOperator.EQUAL
+        compare = next(o for o in sg.operators if m.operatorCodes[o.opcodeIndex].builtinCode == equal)
+        code = m.operatorCodes[compare.opcodeIndex]
+        code.builtinCode = code.deprecatedBuiltinCode = getattr(schema.BuiltinOperator, comparison)
+        sg.operators = [compare]
+        sg.inputs, sg.outputs = list(compare.inputs), list(compare.outputs)
+        for index, (scale, zp) in zip(compare.inputs, ((s1, z1), (s2, z2)), strict=True):
+            t = sg.tensors[index]
+            t.quantization.scale, t.quantization.zeroPoint = [scale], [zp]
+        for index in (*compare.inputs, *compare.outputs):
+            sg.tensors[index].shape = sg.tensors[index].shapeSignature = [256, 256]
+
+    path = tmp_path / f"{comparison}.tflite"
+    path.write_bytes(edit((DATA / "ops" / "equal_select.int8.tflite").read_bytes(), change))
+    got, want, trace = _both_ways_many(path, [np.tile(EVERY_INT8, (256, 1)), DIVISORS])
+    assert got.dtype == want.dtype == np.bool_ and np.array_equal(got, want), np.flatnonzero(got != want)[:10]
+    assert 0 < np.count_nonzero(got) < got.size and trace["left_shift"] == 8
