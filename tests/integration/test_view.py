@@ -37,8 +37,11 @@ class Viewer:
     """`edgeconv view ...` as a user starts it; its stdout lines as they come."""
 
     def __init__(self, *args: str, cwd: Path) -> None:
+        # PYTHONFAULTHANDLER: a viewer that does not stop is sent SIGABRT, and every thread's stack is in the
+        # failure (a loaded machine once left one running 120 s after Ctrl-C).
         self.proc = subprocess.Popen([sys.executable, "-m", "edgeconv", "view", *args, "--no-browser"], cwd=cwd,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, "PYTHONFAULTHANDLER": "1"})
         self.lines: queue.Queue[str] = queue.Queue()
         assert self.proc.stdout is not None
         stdout = self.proc.stdout
@@ -60,9 +63,14 @@ class Viewer:
         try:
             _, err = self.proc.communicate(timeout=120)  # a loaded CI machine took over 30 s once
         except subprocess.TimeoutExpired:
-            self.proc.kill()  # never left running after the test
-            self.proc.communicate()
-            raise
+            self.proc.send_signal(signal.SIGABRT)  # the fault handler prints each thread's stack
+            try:
+                _, err = self.proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()  # never left running after the test
+                _, err = self.proc.communicate()
+            raise AssertionError(f"the viewer did not stop within 120 s of signal {sig}; its stderr:\n"
+                                 f"{err[-6000:]}") from None
         return self.proc.returncode, err
 
 

@@ -18,18 +18,42 @@ from ..conftest import REPO, tree
 pytestmark = pytest.mark.tf
 
 
-def _workers() -> list[int]:
-    """Process ids of converter workers running on this machine: a new interpreter running the worker
-    module, or the build forked (named edgeconv-worker)."""
-    found = []
+def _parents() -> dict[int, int]:
+    """Each running process's parent."""
+    found = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                cmd, comm = (entry / "cmdline").read_bytes(), (entry / "comm").read_bytes()
+                stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            if b"edgeconv.converters._tflite_worker" in cmd or comm.strip() == b"edgeconv-worker":
-                found.append(int(entry.name))
+            found[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return found
+
+
+def _descends(pid: int, ancestor: int, parents: dict[int, int]) -> bool:
+    while pid > 1:
+        pid = parents.get(pid, 0)
+        if pid == ancestor:
+            return True
+    return False
+
+
+def _workers(of: int) -> list[int]:
+    """Process ids of the converter workers of the build ``of`` (its descendants: other builds may run on
+    this machine at the same time, another test's among them): a new interpreter running the worker module,
+    or the build forked (named edgeconv-worker)."""
+    parents = _parents()
+    found = []
+    for pid in parents:
+        if not _descends(pid, of, parents):
+            continue
+        try:
+            cmd, comm = Path(f"/proc/{pid}/cmdline").read_bytes(), Path(f"/proc/{pid}/comm").read_bytes()
+        except OSError:
+            continue
+        if b"edgeconv.converters._tflite_worker" in cmd or comm.strip() == b"edgeconv-worker":
+            found.append(pid)
     return found
 
 
@@ -55,12 +79,11 @@ def _build_until_the_worker_runs(project: Path, mode: str) -> tuple[subprocess.P
     """``mode``: the worker forked from the build (the default on Linux) or a new interpreter (spawn)."""
     (project / "tmp").mkdir(exist_ok=True)
     env = {**os.environ, "EDGECONV_NO_CACHE": "1", "TMPDIR": str(project / "tmp"), "EDGECONV_WORKER": mode}
-    before = set(_workers())
     proc = subprocess.Popen([sys.executable, "-m", "edgeconv", "build", "pipeline.yaml", "-q"], cwd=project,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        workers = [w for w in _workers() if w not in before]
+        workers = _workers(proc.pid)
         if workers:
             forked = [Path(f"/proc/{w}/comm").read_bytes().strip() == b"edgeconv-worker" for w in workers]
             assert forked == [mode == "fork"] * len(workers)
@@ -171,16 +194,7 @@ def test_sigterm_swallowed_by_third_party_code_still_cancels(released: Path) -> 
 
 
 def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
+    return [child for child, parent in _parents().items() if parent == pid]
 
 
 @pytest.mark.parametrize("mode", ["fork", "spawn"])
@@ -197,13 +211,12 @@ def test_sigterm_to_a_parallel_build_alone_stops_every_build_and_keeps_every_rel
     good = {name: tree(released / "build" / name) for name in ("digits", "second")}
     (released / "tmp").mkdir()
     env = {**os.environ, "EDGECONV_NO_CACHE": "1", "TMPDIR": str(released / "tmp"), "EDGECONV_WORKER": mode}
-    before = set(_workers())
     proc = subprocess.Popen([sys.executable, "-m", "edgeconv", "build", "pipeline.yaml", "second.yaml", "-j", "2",
                              "-q"], cwd=released, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)  # a group of its own: the signal below reaches edgeconv alone
     try:
         deadline = time.monotonic() + 180
-        while len(workers := [w for w in _workers() if w not in before]) < 2:
+        while len(workers := _workers(proc.pid)) < 2:
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the two converter workers never started"
             time.sleep(0.05)
