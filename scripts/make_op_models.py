@@ -29,6 +29,7 @@ OUT16 = OUT.parent / "ops16"
 S4 = (1, 6, 5, 4)  # N, H, W, C: every dimension distinct
 # The cases also made int16x8 (<case>.int16x8.tflite, --mode int16x8), for the NumPy reference's int16 paths.
 INT16X8 = ("abs", "add", "add_broadcast", "avg_pool", "batch_matmul", "concat2", "conv2d", "conv2d_relu6", "depthwise",
+           "depthwise_mult2", "depthwise_dilated",
            "fully_connected", "gather", "leaky_relu", "logistic", "max_pool", "maximum", "mean_hw", "mul",
            "pad", "relu", "relu6", "reshape", "resize_bilinear", "resize_nearest", "softmax", "strided_slice",
            "sub", "tanh", "transpose", "transpose_conv")
@@ -45,6 +46,7 @@ def cases() -> dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]]:
     b_tconv2 = tf.constant(rng.normal(0, 0.5, (3,)).astype(np.float32))
     w_fc = tf.constant(rng.normal(0, 0.3, (9, 5)).astype(np.float32))
     const4 = tf.constant(rng.normal(0, 0.5, (1, 1, 1, 4)).astype(np.float32))
+    w_dw2 = tf.constant(np.random.default_rng(12).normal(0, 0.3, (3, 2, 3, 2)).astype(np.float32))
     alpha = tf.constant(rng.uniform(0.05, 0.6, (1, 1, 4)).astype(np.float32))  # one slope per channel
     table: dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]] = {
         "abs": (lambda x: tf.abs(x), [S4]),
@@ -79,6 +81,10 @@ def cases() -> dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]]:
         "conv2d_relu6": (lambda x: tf.nn.relu6(tf.nn.conv2d(x, w_conv, 2, "VALID")), [(1, 9, 8, 4)]),
         "cumsum": (lambda x: tf.cumsum(x, axis=3), [S4]),
         "depth_to_space": (lambda x: tf.nn.depth_to_space(x, 2), [S4]),
+        # Two output channels per input channel, stride 2, VALID; and a dilated one.
+        "depthwise_mult2": (lambda x: tf.nn.depthwise_conv2d(x, w_dw2, [1, 2, 2, 1], "VALID"), [(1, 9, 8, 3)]),
+        "depthwise_dilated": (lambda x: tf.nn.depthwise_conv2d(x, w_dw, [1, 1, 1, 1], "SAME", dilations=[2, 3]),
+                              [(1, 9, 8, 4)]),
         "depthwise": (lambda x: tf.nn.depthwise_conv2d(x, w_dw, [1, 1, 1, 1], "SAME"), [S4]),
         "div": (lambda a, b: a / (tf.abs(b) + 1.0), [S4, S4]),
         "exp": (lambda x: tf.exp(x), [S4]),

@@ -31,6 +31,51 @@ def run_edgeconv(*args: str, cwd: Path | None = None) -> subprocess.CompletedPro
                           cwd=cwd)
 
 
+def _ignored_signals() -> int:
+    """This process's ignored-signal mask as the kernel has it (a C library can change it unseen by Python)."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigIgn:")), 0)
+
+
+@pytest.fixture(autouse=True)
+def _sigint_stays_ours() -> Iterator[None]:
+    """A test that leaves SIGINT or SIGTERM ignored fails here: every process the tests start afterwards
+    would inherit it (an `edgeconv view` then ignored Ctrl-C, as a background job does)."""
+    import signal
+
+    watched = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
+    before = _ignored_signals() & watched
+    yield
+    after = _ignored_signals() & watched
+    if after & ~before:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        pytest.fail(f"the test left signals ignored in the test process (SigIgn bits {after & ~before:#x})")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
+    """The same for a fixture of a wider scope (made or torn down around this test): said as a warning naming
+    the test, and undone."""
+    import signal
+    import warnings
+
+    watched = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
+    before = _ignored_signals() & watched
+    result = yield
+    added = _ignored_signals() & watched & ~before
+    if added:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        said = f"{item.nodeid} (or a fixture around it) left signals ignored (SigIgn bits {added:#x})"
+        print(f"\n{said}", file=sys.__stderr__, flush=True)
+        warnings.warn(said, stacklevel=1)
+    return result
+
+
 @pytest.fixture
 def example_copy(tmp_path: Path) -> Path:
     """The shipped example (pipeline.yaml + examples/digits) copied under tmp_path."""

@@ -623,7 +623,7 @@ def test_prelu_is_bit_exact_at_every_input_and_many_scales(tmp_path: Path, scale
 def test_every_int16x8_op_model_is_computed() -> None:
     """The int16x8 op models (int16 activations, int8 weights, int64 biases) are all in MODELS, bit-exact above."""
     made = sorted((DATA / "ops16").glob("*.int16x8.tflite"))
-    assert len(made) == 29 and set(made) <= set(MODELS)
+    assert len(made) == 31 and set(made) <= set(MODELS)
     assert {op.type for p in made for op in read_tflite(p).ops} >= {
         "CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "FULLY_CONNECTED", "BATCH_MATMUL", "ADD", "SUB", "MUL",
         "LOGISTIC", "TANH", "SOFTMAX", "AVERAGE_POOL_2D", "MAX_POOL_2D", "MEAN", "LEAKY_RELU", "ABS"}
@@ -714,3 +714,12 @@ def test_comparisons_are_bit_exact_on_every_pair_of_int8_values(tmp_path: Path, 
     got, want, trace = _both_ways_many(path, [np.tile(EVERY_INT8, (256, 1)), DIVISORS])
     assert got.dtype == want.dtype == np.bool_ and np.array_equal(got, want), np.flatnonzero(got != want)[:10]
     assert 0 < np.count_nonzero(got) < got.size and trace["left_shift"] == 8
+
+
+def test_the_depthwise_models_cover_depth_multipliers_strides_and_dilation() -> None:
+    """Among the models held bit-exact above, in int8 and int16x8."""
+    for folder in ("ops", "ops16"):
+        options = [op.options for p in MODELS if p.parent.name == folder for op in read_tflite(p).ops
+                   if op.type == "DEPTHWISE_CONV_2D"]
+        assert any(o["depth_multiplier"] == 2 and o["stride_h"] == 2 and o["padding"] == "VALID" for o in options)
+        assert any(o["dilation_h_factor"] == 2 and o["dilation_w_factor"] == 3 for o in options)
