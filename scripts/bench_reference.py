@@ -1,9 +1,10 @@
 """The NumPy reference (edgeconv.reference) against LiteRT on MobileNetV2 1.0 224 INT8: time per inference and
 peak memory, side by side in one run, and how many values of every tensor agree.
 
-LiteRT's reference-kernel interpreter (OpResolverType.BUILTIN_REF) is tried first; ai-edge-litert 2.3.0's
-aborts on this model (its reference FULLY_CONNECTED does not take per-channel weights), so the comparison is
-with LiteRT's builtin (optimized) kernels without the XNNPACK delegate, which may round differently.
+LiteRT's reference-kernel interpreter (OpResolverType.BUILTIN_REF) is tried first on the whole model;
+ai-edge-litert 2.3.0's aborts on it, so the whole-model comparison is with LiteRT's builtin (optimized) kernels
+without the XNNPACK delegate, which may round differently, and the reference kernels are timed side by side
+with edgeconv.reference op by op (each op cut out alone, both sides on the same inputs, summed).
 
     python scripts/bench_reference.py [--runs 3] [--model PATH]
 
@@ -86,9 +87,10 @@ def build_model() -> Path:
     return CACHE
 
 
-def one_op(path: Path, k: int) -> str:
+def one_op(path: Path, k: int, runs: int = 3) -> str:
     """Op ``k`` alone (a one-op model cut out of the model, every non-constant input fed seeded values) through
-    LiteRT's reference kernels and through edgeconv.reference: ``exact`` or ``differs``."""
+    LiteRT's reference kernels and through edgeconv.reference: ``exact`` or ``differs``, then each side's
+    median time for the op (seconds)."""
     import numpy as np
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
@@ -116,27 +118,36 @@ def one_op(path: Path, k: int) -> str:
         info = np.iinfo(t.dtype.value)
         feeds[t.name] = rng.integers(info.min, info.max + 1, t.shape).astype(t.dtype.value)
         it.set_tensor(i, feeds[t.name])
-    it.invoke()
-    got = reference.run(model, feeds).tensors
+    litert, numpy_ = [], []
+    for _ in range(runs):
+        start = time.perf_counter()
+        it.invoke()
+        litert.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        got = reference.run(model, feeds).tensors
+        numpy_.append(time.perf_counter() - start)
     same = all(np.array_equal(got[model.main.tensors[i].name], it.get_tensor(i)) for i in model.main.outputs)
-    return "exact" if same else "differs"
+    return f"{'exact' if same else 'differs'} {sorted(litert)[runs // 2]} {sorted(numpy_)[runs // 2]}"
 
 
-def per_op(path: Path) -> tuple[int, int, list[str]]:
+def per_op(path: Path, runs: int) -> tuple[int, int, list[str], float, float]:
     """:func:`one_op` for every op, each in a process of its own (LiteRT's reference resolver aborts on some):
-    how many ops, how many bit-exact, and the others with what happened."""
+    how many ops, how many bit-exact, the others with what happened, and the sums of the two sides' times
+    over the ops LiteRT's reference kernels ran."""
     from edgeconv.converters.tflite_reader import read_tflite
 
     ops = read_tflite(path).ops
-    exact, other = 0, []
+    exact, other, litert, numpy_ = 0, [], 0.0, 0.0
     for k, op in enumerate(ops):
-        done = subprocess.run([sys.executable, __file__, "--one-op", str(k), "--model", str(path)],
-                              capture_output=True, text=True)
-        said = done.stdout.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
-        exact += said == ["exact"]
-        if said != ["exact"]:
-            other.append(f"#{k} {op.type}: {said[0]}")
-    return len(ops), exact, other
+        done = subprocess.run([sys.executable, __file__, "--one-op", str(k), "--model", str(path), "--runs",
+                               str(runs)], capture_output=True, text=True)
+        said = (done.stdout.strip().splitlines()[-1:] or [f"exit {done.returncode}"])[0].split()
+        if said[0] in ("exact", "differs") and len(said) == 3:
+            litert, numpy_ = litert + float(said[1]), numpy_ + float(said[2])
+        exact += said[0] == "exact"
+        if said[0] != "exact":
+            other.append(f"#{k} {op.type}: {' '.join(said[:2])}")
+    return len(ops), exact, other, litert, numpy_
 
 
 def main() -> int:
@@ -146,7 +157,7 @@ def main() -> int:
     parser.add_argument("--one-op", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one_op is not None:
-        print(one_op(args.model, args.one_op))
+        print(one_op(args.model, args.one_op, args.runs))
         return 0
     path = args.model or build_model()
     tensors = Path("/tmp/edgeconv-bench-litert-tensors.npz")
@@ -163,9 +174,10 @@ def main() -> int:
         rows.append({**json.loads(lines[-1]), "wall": time.perf_counter() - start})
         for line in lines[:-1]:
             print(line)
-    ops, exact, wrong = per_op(path)
+    ops, exact, wrong, litert_ops, numpy_ops = per_op(path, args.runs)
     print(f"each op alone through LiteRT's reference kernels: {exact} of {ops} bit-exact"
           + (f" (not: {', '.join(wrong)})" if wrong else ""))
+    ran = ops - sum(1 for w in wrong if not w.split(": ", 1)[1].startswith("differs"))
     print(f"model: {path} ({path.stat().st_size:,} bytes); median of {args.runs} inferences")
     print("| interpreter | time per inference | peak RSS |\n|---|---|---|")
     for r in rows:
@@ -173,6 +185,8 @@ def main() -> int:
                 "litert-builtin": "LiteRT builtin kernels, no delegate",
                 "reference": "edgeconv.reference (NumPy)"}[r["side"]]
         print(f"| {name} | {r['seconds'] * 1000:.0f} ms | {r['peak_mib']:.0f} MiB |")
+    print(f"| LiteRT reference kernels, the {ran} ops it runs, one by one (sum) | {litert_ops * 1000:.0f} ms | - |")
+    print(f"| edgeconv.reference, the same ops one by one (sum) | {numpy_ops * 1000:.0f} ms | - |")
     return 0
 
 

@@ -32,17 +32,18 @@ def run_edgeconv(*args: str, cwd: Path | None = None) -> subprocess.CompletedPro
 
 
 def _ignored_signals() -> int:
-    """This process's ignored-signal mask as the kernel has it (a C library can change it unseen by Python)."""
+    """The signals this process ignores, or its main thread blocks, as the kernel has them (a C library can
+    change either unseen by Python; a process started from here inherits both)."""
     try:
         status = Path("/proc/self/status").read_text()
     except OSError:
         return 0
-    return next((int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigIgn:")), 0)
+    return sum(int(line.split()[1], 16) for line in status.splitlines() if line.startswith(("SigIgn:", "SigBlk:")))
 
 
 @pytest.fixture(autouse=True)
 def _sigint_stays_ours() -> Iterator[None]:
-    """A test that leaves SIGINT or SIGTERM ignored fails here: every process the tests start afterwards
+    """A test that leaves SIGINT or SIGTERM ignored or blocked fails here: every process the tests start afterwards
     would inherit it (an `edgeconv view` then ignored Ctrl-C, as a background job does)."""
     import signal
 
@@ -53,7 +54,8 @@ def _sigint_stays_ours() -> Iterator[None]:
     if after & ~before:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        pytest.fail(f"the test left signals ignored in the test process (SigIgn bits {after & ~before:#x})")
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT, signal.SIGTERM])
+        pytest.fail(f"the test left signals ignored or blocked in the test process (bits {after & ~before:#x})")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -70,7 +72,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if added:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        said = f"{item.nodeid} (or a fixture around it) left signals ignored (SigIgn bits {added:#x})"
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT, signal.SIGTERM])
+        said = f"{item.nodeid} (or a fixture around it) left signals ignored or blocked (bits {added:#x})"
         print(f"\n{said}", file=sys.__stderr__, flush=True)
         warnings.warn(said, stacklevel=1)
     return result

@@ -33,15 +33,32 @@ sync_api = pytest.importorskip("playwright.sync_api")
 ORANGE = (255, 204, 128)  # explorer.STATUS_COLOURS["cpu_fallback"]
 
 
+def _as_from_a_terminal() -> None:
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def _signal_masks(pid: int) -> str:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return "gone"
+    return ", ".join(line.replace("\t", " ") for line in status.splitlines() if line.startswith(("SigBlk", "SigIgn")))
+
+
 class Viewer:
     """`edgeconv view ...` as a user starts it; its stdout lines as they come."""
 
     def __init__(self, *args: str, cwd: Path) -> None:
         # PYTHONFAULTHANDLER: a viewer that does not stop is sent SIGABRT, and every thread's stack is in the
         # failure (a loaded machine once left one running 120 s after Ctrl-C).
+        # As from a terminal: no signal blocked or ignored. (In full-suite runs on a loaded machine the viewer
+        # twice inherited a state where Ctrl-C never reached it; the failure below shows both processes'
+        # signal masks if it happens again.)
         self.proc = subprocess.Popen([sys.executable, "-m", "edgeconv", "view", *args, "--no-browser"], cwd=cwd,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+                                     env={**os.environ, "PYTHONFAULTHANDLER": "1"}, preexec_fn=_as_from_a_terminal)
         self.lines: queue.Queue[str] = queue.Queue()
         assert self.proc.stdout is not None
         stdout = self.proc.stdout
@@ -63,13 +80,14 @@ class Viewer:
         try:
             _, err = self.proc.communicate(timeout=120)  # a loaded CI machine took over 30 s once
         except subprocess.TimeoutExpired:
+            masks = f"viewer {_signal_masks(self.proc.pid)}; tests {_signal_masks(os.getpid())}"
             self.proc.send_signal(signal.SIGABRT)  # the fault handler prints each thread's stack
             try:
                 _, err = self.proc.communicate(timeout=30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()  # never left running after the test
                 _, err = self.proc.communicate()
-            raise AssertionError(f"the viewer did not stop within 120 s of signal {sig}; its stderr:\n"
+            raise AssertionError(f"the viewer did not stop within 120 s of signal {sig} ({masks}); its stderr:\n"
                                  f"{err[-6000:]}") from None
         return self.proc.returncode, err
 
