@@ -39,9 +39,10 @@ def build_model(folder: Path) -> Path:
     model = keras.applications.MobileNetV2(input_shape=(224, 224, 3), weights=None)
     model.save(folder / "mobilenet_v2.keras")
     name = model.inputs[0]._keras_history.operation.name
-    np.savez(folder / "cal.npz", **{name: np.random.default_rng(0).uniform(-1, 1, (8, 224, 224, 3)).astype(np.float32)})
+    samples = np.random.default_rng(0).uniform(-1, 1, (16, 224, 224, 3)).astype(np.float32)
+    np.savez(folder / "cal.npz", **{name: samples})  # 16: a build refuses fewer than 10
     (folder / "p.yaml").write_text("version: 1\nmodel: {path: mobilenet_v2.keras}\n"
-                                   "calibration: {path: cal.npz, samples: 8}\n")
+                                   "calibration: {path: cal.npz, samples: 16}\n")
     from edgeconv import build
 
     return build(folder / "p.yaml").tflite_path
