@@ -9,6 +9,7 @@ multipliers, the accumulator range reached, saturation)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -24,6 +25,7 @@ from .fixedpoint import (
     multiply_by_quantized_multiplier_int64,
     multiply_by_quantized_multiplier_single_rounding,
     quantize_multiplier,
+    round_half_away,
     round_half_away_array,
     rounding_divide_by_pot,
     saturating_rounding_doubling_high_mul,
@@ -54,7 +56,7 @@ def zero_point_of(t: TensorInfo | None) -> int:
     return int(q.zero_point[0]) if q is not None and q.zero_point else 0
 
 
-def _f32_quotient(numerator: float | np.floating[Any], denominator: float) -> float:
+def _f32_quotient(numerator: float | np.floating[Any], denominator: float | np.floating[Any]) -> float:
     """``a / b`` of two float scales as C computes it in a kernel's Prepare: in float32, then widened."""
     return float(np.float32(np.float32(numerator) / np.float32(denominator)))
 
@@ -409,8 +411,7 @@ def div(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     if (x2 == 0).any():
         raise Unsupported("a divisor equal to its zero point (a division by zero; the kernel's result is undefined)")
     x1, x2 = np.where(x2 < 0, -x1, x1), np.abs(x2)
-    real = float(np.float32(scale_of(in1)) / (np.float32(scale_of(in2)) * np.float32(scale_of(out))))
-    m, s = quantize_multiplier(real)
+    m, s = quantize_multiplier(_f32_quotient(scale_of(in1), np.float32(scale_of(in2)) * np.float32(scale_of(out))))
     reciprocal, recip_shift = g.get_reciprocal(x2, 31)
     headroom = _count_leading_sign_bits(x1)
     shifted = (x1 << headroom).astype(np.int32).astype(np.int64)  # C: int32 x * (1 << headroom)
@@ -562,29 +563,30 @@ def relu(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
 
 # -- the fixed-point activations (gemmlowp) ------------------------------------------------------------------
 
+@functools.cache
 def _gen_lut16(func: Callable[[float], float], input_min: float, input_max: float, output_min: float,
                output_max: float) -> np.ndarray:
     """``gen_lut<double, int16_t, int16_t>``: 513 int16 values of ``func`` over [input_min, input_max] scaled to
     the int16 range over [output_min, output_max], each of the 512 steps' sample corrected by half the error
     of interpolating its midpoint (so the linear interpolation between entries is closer), plus the last
-    value for the slope. In double, rounding half away from zero."""
+    value for the slope. In double, rounding half away from zero. Made once per table (``func`` is a
+    module-level function, so the cache holds each table)."""
     steps = 512
     step = (input_max - input_min) / steps
-    half_step = step / 2
     scaling = 65536.0 / (output_max - output_min)
     lut = np.zeros(steps + 1, np.int64)
     for i in range(steps):
-        val = func(input_min + i * step)
-        midpoint = func(input_min + i * step + half_step)
-        following = func(input_min + (i + 1) * step)
-        sample = float(round_half_away_array(np.array([val * scaling]))[0])
-        interpolated = float(round_half_away_array(np.array([(following * scaling + sample) / 2]))[0])
-        exact = float(round_half_away_array(np.array([midpoint * scaling]))[0])
-        bias = float(round_half_away_array(np.array([(interpolated - exact) / 2]))[0])
-        lut[i] = int(min(max(sample - bias, -32768.0), 32767.0))
-    last = float(round_half_away_array(np.array([func(input_max) * scaling]))[0])
-    lut[steps] = int(min(max(last, -32768.0), 32767.0))
+        sample = round_half_away(func(input_min + i * step) * scaling)
+        interpolated = round_half_away((func(input_min + (i + 1) * step) * scaling + sample) / 2)
+        exact = round_half_away(func(input_min + i * step + step / 2) * scaling)
+        lut[i] = min(max(sample - round_half_away((interpolated - exact) / 2), -32768), 32767)
+    lut[steps] = min(max(round_half_away(func(input_max) * scaling), -32768), 32767)
+    lut.setflags(write=False)
     return lut
+
+
+def _one_over_one_plus(v: float) -> float:
+    return 1.0 / (1.0 + v)
 
 
 def _lut16_lookup(value: np.ndarray, lut: np.ndarray) -> np.ndarray:
@@ -609,7 +611,7 @@ def _softmax_int16(op: OpInfo, x: np.ndarray) -> Result:
     product = float(np.float32(np.float32(scale_of(src)) * np.float32(beta)))
     multiplier, left_shift = quantize_multiplier(product / (10.0 / 65535.0))
     exp_lut = _gen_lut16(math.exp, -10.0, 0.0, -1.0, 1.0)
-    reciprocal_lut = _gen_lut16(lambda v: 1.0 / (1.0 + v), 0.0, 1.0, -1.0, 1.0)
+    reciprocal_lut = _gen_lut16(_one_over_one_plus, 0.0, 1.0, -1.0, 1.0)
     rows = x.reshape(-1, x.shape[-1]).astype(np.int64)
     diff = rows - rows.max(axis=1, keepdims=True)
     scaled = multiply_by_quantized_multiplier(diff, multiplier, left_shift) + 32767
@@ -745,8 +747,8 @@ SIGMOID_TABLE_UINT16 = np.array([
 def _check_log2(scale: float) -> tuple[bool, int]:
     """``CheckedLog2``: log2 of the scale in float32, rounded; whether it is a power of two (within 1e-3)."""
     x_log2 = np.float32(math.log(np.float32(scale))) * (np.float32(1.0) / np.float32(math.log(2.0)))
-    rounded = np.float32(round_half_away_array(np.array([x_log2], np.float32))[0])
-    return bool(abs(np.float32(x_log2 - rounded)) < np.float32(1e-3)), int(rounded)
+    rounded = round_half_away(float(x_log2))
+    return bool(abs(np.float32(x_log2 - np.float32(rounded))) < np.float32(1e-3)), rounded
 
 
 def _sigmoid_like_int16(op: OpInfo, x: np.ndarray, fn: str) -> Result:
@@ -777,8 +779,8 @@ def _sigmoid_like_int16(op: OpInfo, x: np.ndarray, fn: str) -> Result:
     step = 9 if fn == "logistic" else 8
     index = magnitude >> step
     inside = index < 255
-    low = SIGMOID_TABLE_UINT16[np.minimum(index, 254)]
-    high = SIGMOID_TABLE_UINT16[np.minimum(index, 254) + 1]
+    at = np.minimum(index, 254)  # past the table: saturated below, the entry unused
+    low, high = SIGMOID_TABLE_UINT16[at], SIGMOID_TABLE_UINT16[at + 1]
     fraction = magnitude & ((1 << step) - 1)
     interpolated = np.where(inside, (low << step) + fraction * (high - low), (0x7FFF << 10) if fn == "logistic"
                             else (0xFFFF << 8))
@@ -967,7 +969,7 @@ def abs_(op: OpInfo, model: TFLiteModel, inputs: Arrays) -> Result:
     value = np.abs(x.astype(np.int64) - zero_point_of(src))
     trace: dict[str, Any] = {}
     if np.float32(scale_of(src)) != np.float32(scale_of(out)):
-        m, s = quantize_multiplier(float(np.float32(scale_of(src)) / np.float32(scale_of(out))))
+        m, s = quantize_multiplier(_f32_quotient(scale_of(src), scale_of(out)))
         value = multiply_by_quantized_multiplier(value, m, s)
         trace["output_multiplier"] = [m, s]
     low, high = LIMITS[out.dtype.value]
