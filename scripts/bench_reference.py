@@ -130,24 +130,24 @@ def one_op(path: Path, k: int, runs: int = 3) -> str:
     return f"{'exact' if same else 'differs'} {sorted(litert)[runs // 2]} {sorted(numpy_)[runs // 2]}"
 
 
-def per_op(path: Path, runs: int) -> tuple[int, int, list[str], float, float]:
+def per_op(path: Path, runs: int) -> tuple[int, int, list[str], int, float, float]:
     """:func:`one_op` for every op, each in a process of its own (LiteRT's reference resolver aborts on some):
-    how many ops, how many bit-exact, the others with what happened, and the sums of the two sides' times
-    over the ops LiteRT's reference kernels ran."""
+    how many ops, how many bit-exact, the others with what happened, how many LiteRT's reference kernels
+    ran, and the sums of the two sides' times over those."""
     from edgeconv.converters.tflite_reader import read_tflite
 
     ops = read_tflite(path).ops
-    exact, other, litert, numpy_ = 0, [], 0.0, 0.0
+    exact, other, ran, litert, numpy_ = 0, [], 0, 0.0, 0.0
     for k, op in enumerate(ops):
         done = subprocess.run([sys.executable, __file__, "--one-op", str(k), "--model", str(path), "--runs",
                                str(runs)], capture_output=True, text=True)
         said = (done.stdout.strip().splitlines()[-1:] or [f"exit {done.returncode}"])[0].split()
         if said[0] in ("exact", "differs") and len(said) == 3:
-            litert, numpy_ = litert + float(said[1]), numpy_ + float(said[2])
+            ran, litert, numpy_ = ran + 1, litert + float(said[1]), numpy_ + float(said[2])
         exact += said[0] == "exact"
         if said[0] != "exact":
             other.append(f"#{k} {op.type}: {' '.join(said[:2])}")
-    return len(ops), exact, other, litert, numpy_
+    return len(ops), exact, other, ran, litert, numpy_
 
 
 def main() -> int:
@@ -174,10 +174,9 @@ def main() -> int:
         rows.append({**json.loads(lines[-1]), "wall": time.perf_counter() - start})
         for line in lines[:-1]:
             print(line)
-    ops, exact, wrong, litert_ops, numpy_ops = per_op(path, args.runs)
+    ops, exact, wrong, ran, litert_ops, numpy_ops = per_op(path, args.runs)
     print(f"each op alone through LiteRT's reference kernels: {exact} of {ops} bit-exact"
           + (f" (not: {', '.join(wrong)})" if wrong else ""))
-    ran = ops - sum(1 for w in wrong if not w.split(": ", 1)[1].startswith("differs"))
     print(f"model: {path} ({path.stat().st_size:,} bytes); median of {args.runs} inferences")
     print("| interpreter | time per inference | peak RSS |\n|---|---|---|")
     for r in rows:

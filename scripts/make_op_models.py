@@ -46,6 +46,7 @@ def cases() -> dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]]:
     b_tconv2 = tf.constant(rng.normal(0, 0.5, (3,)).astype(np.float32))
     w_fc = tf.constant(rng.normal(0, 0.3, (9, 5)).astype(np.float32))
     const4 = tf.constant(rng.normal(0, 0.5, (1, 1, 1, 4)).astype(np.float32))
+    # A generator of its own: a draw from ``rng`` here would change ``alpha`` and the committed prelu model.
     w_dw2 = tf.constant(np.random.default_rng(12).normal(0, 0.3, (3, 2, 3, 2)).astype(np.float32))
     alpha = tf.constant(rng.uniform(0.05, 0.6, (1, 1, 4)).astype(np.float32))  # one slope per channel
     table: dict[str, tuple[Callable[..., Any], list[tuple[int, ...]]]] = {

@@ -31,48 +31,52 @@ def run_edgeconv(*args: str, cwd: Path | None = None) -> subprocess.CompletedPro
                           cwd=cwd)
 
 
-def _ignored_signals() -> int:
-    """The signals this process ignores, or its main thread blocks, as the kernel has them (a C library can
-    change either unseen by Python; a process started from here inherits both)."""
+def _signals_taken() -> int:
+    """SIGINT and SIGTERM, as bits, where this process ignores them or its main thread blocks them, as the
+    kernel has it (a C library can change either unseen by Python; a process started from here inherits
+    both)."""
+    import signal
+
     try:
         status = Path("/proc/self/status").read_text()
     except OSError:
         return 0
-    return sum(int(line.split()[1], 16) for line in status.splitlines() if line.startswith(("SigIgn:", "SigBlk:")))
+    masks = 0
+    for line in status.splitlines():
+        if line.startswith(("SigIgn:", "SigBlk:")):
+            masks |= int(line.split()[1], 16)
+    return masks & ((1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1)))
+
+
+def _give_signals_back() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT, signal.SIGTERM])
 
 
 @pytest.fixture(autouse=True)
 def _sigint_stays_ours() -> Iterator[None]:
-    """A test that leaves SIGINT or SIGTERM ignored or blocked fails here: every process the tests start afterwards
-    would inherit it (an `edgeconv view` then ignored Ctrl-C, as a background job does)."""
-    import signal
-
-    watched = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
-    before = _ignored_signals() & watched
+    """A test that leaves SIGINT or SIGTERM ignored or blocked fails here: every process the tests start
+    afterwards would inherit it (an `edgeconv view` then ignored Ctrl-C, as a background job does)."""
+    before = _signals_taken()
     yield
-    after = _ignored_signals() & watched
-    if after & ~before:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT, signal.SIGTERM])
-        pytest.fail(f"the test left signals ignored or blocked in the test process (bits {after & ~before:#x})")
+    if added := _signals_taken() & ~before:
+        _give_signals_back()
+        pytest.fail(f"the test left signals ignored or blocked in the test process (bits {added:#x})")
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
     """The same for a fixture of a wider scope (made or torn down around this test): said as a warning naming
     the test, and undone."""
-    import signal
     import warnings
 
-    watched = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
-    before = _ignored_signals() & watched
+    before = _signals_taken()
     result = yield
-    added = _ignored_signals() & watched & ~before
-    if added:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT, signal.SIGTERM])
+    if added := _signals_taken() & ~before:
+        _give_signals_back()
         said = f"{item.nodeid} (or a fixture around it) left signals ignored or blocked (bits {added:#x})"
         print(f"\n{said}", file=sys.__stderr__, flush=True)
         warnings.warn(said, stacklevel=1)

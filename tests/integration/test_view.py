@@ -51,11 +51,9 @@ class Viewer:
     """`edgeconv view ...` as a user starts it; its stdout lines as they come."""
 
     def __init__(self, *args: str, cwd: Path) -> None:
-        # PYTHONFAULTHANDLER: a viewer that does not stop is sent SIGABRT, and every thread's stack is in the
-        # failure (a loaded machine once left one running 120 s after Ctrl-C).
-        # As from a terminal: no signal blocked or ignored. (In full-suite runs on a loaded machine the viewer
-        # twice inherited a state where Ctrl-C never reached it; the failure below shows both processes'
-        # signal masks if it happens again.)
+        # As from a terminal: no signal blocked or ignored (in full runs on a loaded machine a viewer inherited
+        # a state where Ctrl-C never reached it). PYTHONFAULTHANDLER: a viewer that still does not stop is sent
+        # SIGABRT, and its threads' stacks and both processes' signal masks are in the failure.
         self.proc = subprocess.Popen([sys.executable, "-m", "edgeconv", "view", *args, "--no-browser"], cwd=cwd,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, "PYTHONFAULTHANDLER": "1"}, preexec_fn=_as_from_a_terminal)

@@ -325,15 +325,8 @@ def test_a_runtime_that_stops_on_a_model_stops_its_own_process_and_is_said() -> 
 
 def _both_ways(path: Path, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A one-input, one-output model's output from the reference and from LiteRT's reference kernels."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    model = read_tflite(path)
-    it = Interpreter(model_path=str(path), experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
-    it.allocate_tensors()
-    it.set_tensor(it.get_input_details()[0]["index"], x)
-    it.invoke()
-    got = reference.run(model, {model.main.tensors[model.main.inputs[0]].name: x}).outputs(model)
-    return next(iter(got.values())), it.get_tensor(it.get_output_details()[0]["index"])
+    got, want, _ = _both_ways_many(path, [x])
+    return got, want
 
 
 @pytest.mark.parametrize("op", ["hard_swish", "leaky_relu", "gelu", "gelu_tanh", "exp"])
@@ -488,11 +481,11 @@ def test_squared_difference_is_bit_exact_at_many_scales(tmp_path: Path, scales: 
         assert np.array_equal(got, want), (seed, np.flatnonzero(got != want)[:10])
 
 
-def _one_op(tmp_path: Path, name: str, quantization: list[tuple[float, int]], shapes: dict[int, list[int]],
-            activation: int | None = None) -> Path:
-    """The op model's last op alone (the ops before it dropped, its inputs made the model's), with the given
-    (scale, zero point) for its inputs then its output, and the given shapes by position (inputs, then
-    output)."""
+def _one_op(tmp_path: Path, model: str, quantization: list[tuple[float, int]], shapes: dict[int, list[int]],
+            **options: Any) -> Path:
+    """The last op of ``model`` (a path under tests/data) alone (the ops before it dropped, its inputs made the
+    model's), with the given (scale, zero point) for its inputs then its output, the given shapes by position
+    (inputs, then output), and the given builtin options (``fusedActivationFunction``, ``beta``)."""
     from ..tflite_edit import edit
 
     def change(m: Any) -> None:
@@ -505,11 +498,11 @@ def _one_op(tmp_path: Path, name: str, quantization: list[tuple[float, int]], sh
             t.quantization.scale, t.quantization.zeroPoint = [quantization[k][0]], [quantization[k][1]]
             if k in shapes:
                 t.shape = t.shapeSignature = shapes[k]
-        if activation is not None:
-            op.builtinOptions.fusedActivationFunction = activation
+        for key, value in options.items():
+            setattr(op.builtinOptions, key, value)
 
-    path = tmp_path / f"{name}-only.tflite"
-    path.write_bytes(edit((DATA / "ops" / f"{name}.int8.tflite").read_bytes(), change))
+    path = tmp_path / f"{Path(model).stem}-only.tflite"
+    path.write_bytes(edit((DATA / model).read_bytes(), change))
     return path
 
 
@@ -545,13 +538,14 @@ def test_abs_log_and_rsqrt_are_bit_exact_at_every_input_and_many_scales(
         tmp_path: Path, op: str, in_scale: float, in_zp: int, out_scale: float, out_zp: int) -> None:
     """Every int8 input at or above the zero point (RSQRT refuses the others), against LiteRT's reference
     kernels, with the op alone."""
-    path = _one_op(tmp_path, op, [(in_scale, in_zp), (out_scale, out_zp)], {0: [1, 256], 1: [1, 256]})
+    path = _one_op(tmp_path, f"ops/{op}.int8.tflite", [(in_scale, in_zp), (out_scale, out_zp)],
+                   {0: [1, 256], 1: [1, 256]})
     got, want, _ = _both_ways_many(path, [EVERY_INT8])
     assert np.array_equal(got, want), np.flatnonzero(got != want)[:10]
 
 
 def test_abs_is_bit_exact_below_its_zero_point(tmp_path: Path) -> None:
-    path = _one_op(tmp_path, "abs", [(0.03, 17), (0.02, -90)], {0: [1, 256], 1: [1, 256]})
+    path = _one_op(tmp_path, "ops/abs.int8.tflite", [(0.03, 17), (0.02, -90)], {0: [1, 256], 1: [1, 256]})
     got, want, trace = _both_ways_many(path, [EVERY_INT8])
     assert np.array_equal(got, want) and trace["clamped"] > 0
 
@@ -559,7 +553,7 @@ def test_abs_is_bit_exact_below_its_zero_point(tmp_path: Path) -> None:
 def test_rsqrt_of_a_value_under_its_zero_point_is_refused_as_the_kernel_refuses_it(tmp_path: Path) -> None:
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    path = _one_op(tmp_path, "rsqrt", [(0.02, 0), (0.015, -60)], {0: [1, 256], 1: [1, 256]})
+    path = _one_op(tmp_path, "ops/rsqrt.int8.tflite", [(0.02, 0), (0.015, -60)], {0: [1, 256], 1: [1, 256]})
     model = read_tflite(path)
     message = r"^op #0 RSQRT: a negative input \(-128, under the zero point 0\): the kernel refuses it$"
     with pytest.raises(reference.ReferenceError, match=message):
@@ -588,7 +582,8 @@ def test_div_is_bit_exact_on_every_pair_of_int8_values(tmp_path: Path, scales: t
     as x86 does, and counted in the trace)."""
     s1, z1, s2, z2, so, zo = scales
     divisors = DIVISORS[DIVISORS[:, 0] != z2]
-    path = _one_op(tmp_path, "div", [(s1, z1), (s2, z2), (so, zo)], {0: [255, 256], 1: [255, 256], 2: [255, 256]})
+    path = _one_op(tmp_path, "ops/div.int8.tflite", [(s1, z1), (s2, z2), (so, zo)],
+                   {0: [255, 256], 1: [255, 256], 2: [255, 256]})
     dividends = np.tile(EVERY_INT8, (255, 1))
     got, want, trace = _both_ways_many(path, [dividends, divisors])
     assert np.array_equal(got, want), np.flatnonzero(got != want)[:10]
@@ -597,7 +592,8 @@ def test_div_is_bit_exact_on_every_pair_of_int8_values(tmp_path: Path, scales: t
 
 def test_div_fuses_its_activation_and_refuses_a_division_by_zero(tmp_path: Path) -> None:
     shapes = {0: [255, 256], 1: [255, 256], 2: [255, 256]}
-    path = _one_op(tmp_path, "div", [(0.05, 3), (0.02, -7), (0.04, 10)], shapes, activation=1)  # RELU
+    path = _one_op(tmp_path, "ops/div.int8.tflite", [(0.05, 3), (0.02, -7), (0.04, 10)], shapes,
+                   fusedActivationFunction=1)  # RELU
     divisors = DIVISORS[DIVISORS[:, 0] != -7]
     got, want, trace = _both_ways_many(path, [np.tile(EVERY_INT8, (255, 1)), divisors])
     assert np.array_equal(got, want) and trace["activation_range"] == [10, 127] and got.min() == 10
@@ -614,7 +610,8 @@ def test_prelu_is_bit_exact_at_every_input_and_many_scales(tmp_path: Path, scale
     """Every int8 input in each of 4 channels, each with its own slope (the alpha zero point non-zero in
     two sets), against LiteRT's reference kernel."""
     si, zi, sa, za, so, zo = scales
-    path = _one_op(tmp_path, "prelu", [(si, zi), (sa, za), (so, zo)], {0: [1, 256, 1, 4], 2: [1, 256, 1, 4]})
+    path = _one_op(tmp_path, "ops/prelu.int8.tflite", [(si, zi), (sa, za), (so, zo)],
+                   {0: [1, 256, 1, 4], 2: [1, 256, 1, 4]})
     x = np.repeat(EVERY_INT8.reshape(1, 256, 1, 1), 4, axis=3)
     got, want, _ = _both_ways_many(path, [x])
     assert np.array_equal(got, want), np.flatnonzero(got != want)[:10]
@@ -642,18 +639,8 @@ EVERY_INT16 = np.arange(-32768, 32768, dtype=np.int16).reshape(1, 65536)
 ])
 def test_int16_logistic_and_tanh_are_bit_exact_at_every_input(tmp_path: Path, op: str, in_scale: float) -> None:
     """All 65,536 int16 inputs, against LiteRT's reference kernels (the table of sigmoid(i/24) interpolated)."""
-    from ..tflite_edit import edit
-
-    def requantize(m: Any) -> None:
-        sg = m.subgraphs[0]
-        (o,) = sg.operators
-        for index, scale in ((o.inputs[0], in_scale), (o.outputs[0], 2.0**-15)):
-            t = sg.tensors[index]
-            t.quantization.scale, t.quantization.zeroPoint = [scale], [0]
-            t.shape = t.shapeSignature = [1, 65536]
-
-    path = tmp_path / f"{op}16.tflite"
-    path.write_bytes(edit((DATA / "ops16" / f"{op}.int16x8.tflite").read_bytes(), requantize))
+    path = _one_op(tmp_path, f"ops16/{op}.int16x8.tflite", [(in_scale, 0), (2.0**-15, 0)],
+                   {0: [1, 65536], 1: [1, 65536]})
     got, want, trace = _both_ways_many(path, [EVERY_INT16])
     assert np.array_equal(got, want), np.flatnonzero(got != want)[:10]
     assert trace["input_multiplier"] > 0
@@ -663,19 +650,8 @@ def test_int16_logistic_and_tanh_are_bit_exact_at_every_input(tmp_path: Path, op
 def test_int16_softmax_is_bit_exact_over_many_rows(tmp_path: Path, in_scale: float, beta: float) -> None:
     """2,000 seeded rows of 37 values (and one of a single repeated value), against LiteRT's reference kernel:
     the exp and 1 / (1 + x) tables of gen_lut, interpolated."""
-    from ..tflite_edit import edit
-
-    def requantize(m: Any) -> None:
-        sg = m.subgraphs[0]
-        (o,) = sg.operators
-        o.builtinOptions.beta = beta
-        for index, scale in ((o.inputs[0], in_scale), (o.outputs[0], 1 / 32768)):
-            t = sg.tensors[index]
-            t.quantization.scale, t.quantization.zeroPoint = [scale], [0]
-            t.shape = t.shapeSignature = [2001, 37]
-
-    path = tmp_path / "softmax16.tflite"
-    path.write_bytes(edit((DATA / "ops16" / "softmax.int16x8.tflite").read_bytes(), requantize))
+    path = _one_op(tmp_path, "ops16/softmax.int16x8.tflite", [(in_scale, 0), (1 / 32768, 0)],
+                   {0: [2001, 37], 1: [2001, 37]}, beta=beta)
     rows = np.random.default_rng(7).integers(-32768, 32768, (2001, 37)).astype(np.int16)
     rows[0] = 1234
     got, want, _ = _both_ways_many(path, [rows])
