@@ -49,6 +49,7 @@ from .verify.equivalence import Cleaned, clean_and_prove
 from .verify.firmware import firmware_stage
 from .verify.invoke import invoke_stage
 from .verify.onnx_stage import onnx_stage
+from .verify.recorded import recordings
 from .verify.stage import Verification, can_suggest, repaired_pipeline, verification_stage, with_repair
 
 if TYPE_CHECKING:
@@ -258,15 +259,19 @@ def _build(config: PipelineConfig, out_dir: Path, targets: list[Target], work: P
     del graph_fn  # it holds the weights once more: not kept through the build
     clock.lap("convert")
     results = check_targets(converted.model, targets)
-    warnings = data.warnings + quantization_findings(converted.model, converted.exported.float_tflite, data, q, batch)
+    recorded = recordings(data, batch, converted.exported.float_tflite is not None and v.parity)
+    warnings = data.warnings + quantization_findings(converted.model, converted.exported.float_tflite, data, q, batch,
+                                                     recorded.float_tflite)
     limits = gate_limits(config)
     early = verdict.conversion_checks(limits, cleaned.equivalence, warnings, config.calibration is not None)
     clock.lap_then("check", "running the built model on every sample")
-    runs, ran = invoke_stage(converted.exported.tflite, data.calib, data.evaluation, batch, loaded.graph.layer_names())
+    runs, ran = invoke_stage(converted.exported.tflite, data.calib, data.evaluation, batch, loaded.graph.layer_names(),
+                             recorded.built)
     clock.lap_then("invoke", "measuring parity")
     verification = Verification() if runs["failed"] else verification_stage(
         config, loaded, cleaned.reference, converted, data, suggest_keep_float=suggest_keep_float, progress=progress,
-        limits=limits, targets=targets, clock=clock, work=work, repaired=repaired is not None, findings=warnings)
+        limits=limits, targets=targets, clock=clock, work=work, repaired=repaired is not None, findings=warnings,
+        recorded=recorded)
     clock.lap("verify")
     rebuild = repaired_pipeline(config, verification, warnings, time.perf_counter() - clock.start)
     if rebuild is not None:

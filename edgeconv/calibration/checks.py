@@ -15,13 +15,16 @@ import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import report_model as rm
 from ..converters.tflite_reader import TFLiteModel
 from .samples import SampleSet
+
+if TYPE_CHECKING:
+    from ..verify.recorded import Recording
 
 # A calibration range this much wider than the range in use wastes most INT8 levels.
 WIDER = 4.0
@@ -198,8 +201,10 @@ class _Ranges:
 
     def add(self, name: str, v: np.ndarray) -> None:
         span, s = self.spans[name], self.seen[name]
-        s[0], s[1] = min(s[0], float(v.min())), max(s[1], float(v.max()))
-        s[2] += float(np.count_nonzero((v < span.lo) | (v > span.hi)))
+        lo, hi = float(v.min()), float(v.max())
+        s[0], s[1] = min(s[0], lo), max(s[1], hi)
+        if lo < span.lo or hi > span.hi:  # the values are passed over a third time only when some clip
+            s[2] += float(np.count_nonzero((v < span.lo) | (v > span.hi)))
         s[3] += v.size
 
     def share(self, name: str) -> float:
@@ -212,20 +217,29 @@ class _Ranges:
         return (s[1] - s[0]) / self.spans[name].scale if s[3] else 0.0
 
 
-def _run_float(float_tflite: bytes, names: Mapping[str, _Span], data: SampleSet, batch: int) -> _Ranges:
-    """The float .tflite on the first ACTIVATION_SAMPLES samples of ``data``, every tensor named kept."""
+def _run_float(float_tflite: bytes, names: Mapping[str, _Span], data: SampleSet, batch: int,
+               record: Recording | None = None) -> _Ranges:
+    """The float .tflite on the first ACTIVATION_SAMPLES samples of ``data``, every tensor named kept. With
+    ``record``, on every sample, the outputs of each batch recorded (parity reads them back)."""
     from ..verify.runner import TFLiteRunner
 
     runner = TFLiteRunner(float_tflite, keep_tensors=True)
     where = {t.name: t.index for t in runner.model.main.tensors if t.name in names}
     ranges = _Ranges({name: names[name] for name in where})
+    ran = 0
     for feeds in data.batches(batch):
-        if ranges.samples >= ACTIVATION_SAMPLES:
+        if ranges.samples >= ACTIVATION_SAMPLES and record is None:
             break
-        runner.run(feeds)
-        ranges.samples += batch
-        for name, index in where.items():
-            ranges.add(name, runner.interpreter.get_tensor(index))
+        outputs = runner.run(feeds)
+        ran += 1
+        if record is not None:
+            record.add(outputs)
+        if ranges.samples < ACTIVATION_SAMPLES:
+            ranges.samples += batch
+            for name, index in where.items():
+                ranges.add(name, runner.interpreter.get_tensor(index))
+    if record is not None:
+        record.finish(ran)
     ranges.samples = min(ranges.samples, data.count)
     return ranges
 
@@ -264,7 +278,7 @@ def shared_range_groups(model: TFLiteModel) -> dict[str, tuple[frozenset[str], f
 
 def activation_warnings(float_tflite: bytes, model: TFLiteModel, evaluation: SampleSet, batch: int,
                         listed: int = 3, percentile: float | None = None,
-                        calibration: SampleSet | None = None) -> list[DataWarning]:
+                        calibration: SampleSet | None = None, record: Recording | None = None) -> list[DataWarning]:
     """Do the built model's intermediate tensors hold what they carry on the evaluation data? Each quantized
     op output of ``model`` is compared with the same tensor of the float .tflite run on the evaluation
     samples. Values beyond the range the built model gives it clip, in int8 and int16 alike: a tensor whose
@@ -274,7 +288,8 @@ def activation_warnings(float_tflite: bytes, model: TFLiteModel, evaluation: Sam
     tensor that imposes it named), as is one that uses fewer than IMPOSED_LEVELS levels of a range another
     tensor of its group fills. The model's inputs are checked by :func:`quantization_warnings`, the outputs
     by parity. With ``percentile`` the ranges clip up to ``100 - percentile`` % of the values on each side by
-    design: only more than that is a finding."""
+    design: only more than that is a finding. With ``record``, the float run goes on over every evaluation
+    sample and records the outputs, for parity to read back instead of running the model again."""
     # The inputs' quantized views are quantization_warnings' to check; the outputs are what parity measures.
     elsewhere = {v.index for i in model.main.inputs if (v := quantized_view(model, i)) is not None}
     elsewhere |= set(model.main.outputs)
@@ -291,9 +306,11 @@ def activation_warnings(float_tflite: bytes, model: TFLiteModel, evaluation: Sam
             # against its fixed range's 127/128): only values beyond that clip.
             spans[t.name] = _Span((qmin - zero - 1) * q.scale[0], (qmax - zero + 1) * q.scale[0],
                                   t.dtype.value, q.scale[0], zero)
-    if not spans:
+    if not spans and record is None:
         return []
-    seen = _run_float(float_tflite, spans, evaluation, batch)
+    seen = _run_float(float_tflite, spans, evaluation, batch, record)
+    if not seen.spans:
+        return []
     groups = {name: g for name, g in shared_range_groups(model).items() if name in seen.spans}
     clipped = clipping({name: (s[2], s[3]) for name, s in seen.seen.items()}, percentile)
     own = None

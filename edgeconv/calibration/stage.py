@@ -7,6 +7,7 @@ import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..config import QuantizationConfig
 from ..converters.tflite_reader import TFLiteModel
@@ -16,6 +17,9 @@ from . import SOURCES, resolve_source
 from .checks import DataWarning, activation_warnings, data_warnings, quantization_warnings
 from .config import HARD_FLOOR, CalibrationConfig, EvaluationConfig
 from .samples import Progress, RandomReader, SampleSet, collect
+
+if TYPE_CHECKING:
+    from ..verify.recorded import Recording
 
 log = logging.getLogger(__name__)
 
@@ -83,14 +87,15 @@ def data_stage(cal_cfg: CalibrationConfig | None, eval_cfg: EvaluationConfig | N
 
 
 def quantization_findings(model: TFLiteModel, float_tflite: bytes | None, data: DataStage, q: QuantizationConfig,
-                          batch: int) -> list[DataWarning]:
+                          batch: int, record: Recording | None = None) -> list[DataWarning]:
     """What the built model's quantization does to the declared input ranges and, with evaluation data,
-    to its activations (ranges clipped, resolution lost; the float model run ``batch`` samples a call)."""
+    to its activations (ranges clipped, resolution lost; the float model run ``batch`` samples a call, its
+    outputs on every evaluation sample recorded in ``record`` for parity)."""
     found = quantization_warnings(model, expected=data.expected, evaluation=data.evaluation,
                                   percentile=q.range_percentile)
     if float_tflite is not None and data.evaluation is not None and q.mode.calibrated:
         found += activation_warnings(float_tflite, model, data.evaluation, batch,
-                                     percentile=q.range_percentile, calibration=data.calib)
+                                     percentile=q.range_percentile, calibration=data.calib, record=record)
     for w in found:
         log.warning("calibration: %s", w.message)
     return found

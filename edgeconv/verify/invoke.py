@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import report_model as rm
 from ..ir import source_layers
+from .recorded import Recording
 from .runner import TFLiteRunner
 
 _NODE = re.compile(r"Node number (\d+) \((\w+)\) failed to (invoke|prepare)")
@@ -27,22 +28,30 @@ FIXES = {
 
 
 def invoke_all(tflite: bytes, data: Iterable[tuple[str, Iterable[Mapping[str, np.ndarray]]]],
-               layers: Sequence[str]) -> rm.Invoke:
-    """Every batch of every sample set through the built model; what failed and where."""
+               layers: Sequence[str], record: Recording | None = None) -> rm.Invoke:
+    """Every batch of every sample set through the built model; what failed and where. The outputs on the
+    sample set ``record`` is for are recorded there (parity reads them back)."""
     runner = TFLiteRunner(tflite)
     total = failed = 0
     first: str | None = None
     per_set: dict[str, dict[str, int]] = {}
     for role, batches in data:
-        done = bad = 0
+        done = bad = ran = 0
+        kept = record if record is not None and record.role == role else None
         for feeds in batches:
             size = len(next(iter(feeds.values())))
             done += size
             try:
-                runner.run(feeds)
+                outputs = runner.run(feeds)
             except RuntimeError as exc:
                 bad += size
                 first = first or str(exc)
+                continue
+            ran += 1
+            if kept is not None:
+                kept.add(outputs)
+        if kept is not None:
+            kept.finish(ran if not bad else -1)
         per_set[role] = {"samples": done, "failed": bad}
         total, failed = total + done, failed + bad
     out: rm.Invoke = {"samples": total, "failed": failed, "per_set": per_set, "error": None, "op": None}
@@ -77,12 +86,12 @@ def sentence(result: Mapping[str, Any]) -> str:
 
 
 def invoke_stage(tflite: bytes, calib: Any, evaluation: Any, batch: int,
-                 layers: Sequence[str]) -> tuple[rm.Invoke, Any]:
+                 layers: Sequence[str], record: Recording | None = None) -> tuple[rm.Invoke, Any]:
     """Before any verdict, the built model must run on every sample the build has: the report's section
     and the runtime check (edgeconv.verdict)."""
     from .. import verdict
 
     sets = [(calib.role, calib.batches(batch)), *([("evaluation", evaluation.batches(batch))] if evaluation else [])]
-    runs = invoke_all(tflite, sets, layers)
+    runs = invoke_all(tflite, sets, layers, record)
     return runs, verdict.simple("runtime.invoke", verdict.Kind.RUNTIME, not runs["failed"], sentence(runs),
                                 runs["failed"], 0)

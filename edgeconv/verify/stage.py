@@ -24,6 +24,7 @@ from ..gates import Limits, gate_limits
 from ..targets.checker import check_model
 from ..targets.describe import quantization_line
 from ..targets.target import Target
+from .recorded import Recordings
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +59,12 @@ SOURCE_CHUNK = 256  # samples per call of the source model in parity (when it ta
 def verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, converter: Any, calib: SampleSet,
             evaluation: SampleSet | None, exported: Any, model: TFLiteModel, suggest_keep_float: bool,
             progress: Progress | None, limits: Limits, repairing: Repairing | None = None,
-            findings: Sequence[DataWarning] = ()) -> Verification:
+            findings: Sequence[DataWarning] = (), recorded: Recordings | None = None) -> Verification:
     """Parity on the evaluation data (or, without any, on the calibration samples: no build goes
     unchecked), the layers that add the most error, and (asked for) which layers to keep in float;
-    with the agreement, accuracy and float-conversion checks."""
+    with the agreement, accuracy and float-conversion checks. The float and built .tflite's outputs on
+    these samples are read from ``recorded`` where the build's earlier runs recorded them (edgeconv/verify/
+    recorded.py): each model runs over the samples once."""
     from ..converters.tflite_export import ExportOptions
     from . import culprits, parity
     from .runner import TFLiteRunner
@@ -85,12 +88,19 @@ def verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, converte
     chunk = max(1, SOURCE_CHUNK // batch) * batch if loaded.any_batch else batch
     chunks = samples.batches(chunk, partial=True)
 
+    played = recorded or Recordings()
+
     def measure(data: bytes, *, with_float: bool = False, part: tuple[int, int] | None = None) -> rm.Parity:
         """The model ``data`` against the source model (and the float .tflite), on every sample or on
         ``part`` (first sample, count; the first a whole number of batches)."""
-        runs = {"tflite_float": TFLiteRunner(float_tflite).run} if with_float and float_tflite is not None else {}
-        runs["built"] = TFLiteRunner(data).run
         start, count = part if part is not None else (0, samples.count)
+        runs = {}
+        if with_float and float_tflite is not None:
+            runs["tflite_float"] = played.replay("float_tflite", lambda: TFLiteRunner(float_tflite).run,
+                                                 samples.role, batch, start)
+        # The build's own model (the bytes the runtime check ran) is read back; a trial's model runs.
+        runs["built"] = (played.replay("built", lambda: TFLiteRunner(data).run, samples.role, batch, start)
+                         if data is exported.tflite else TFLiteRunner(data).run)
         step = itertools.count(start // batch)
 
         def source(feeds: Mapping[str, Any]) -> dict[str, Any]:
@@ -236,7 +246,7 @@ def _repair(config: PipelineConfig, repairing: Repairing, converter: Any, calib:
 def verification_stage(config: PipelineConfig, loaded: LoadedModel, reference: Any, converted: Any, data: Any,
                        *, suggest_keep_float: bool, progress: Progress | None, limits: Limits,
                        targets: Sequence[Target], clock: Clock, work: Any, repaired: bool,
-                       findings: Sequence[DataWarning] = ()) -> Verification:
+                       findings: Sequence[DataWarning] = (), recorded: Recordings | None = None) -> Verification:
     """Parity and what follows from it (:func:`verify`), with the repair search when the pipeline turns it
     on and this build is not itself the repaired one; nothing when the built model does not run."""
     from ..calibration.stage import collect_section
@@ -249,7 +259,7 @@ def verification_stage(config: PipelineConfig, loaded: LoadedModel, reference: A
     repairing = (Repairing(targets, recollect, clock, data.expected) if not repaired and config.repair.enabled
                  else None)
     return verify(config, loaded, reference, converted.converter, data.calib, data.evaluation, converted.exported,
-                  converted.model, suggest_keep_float, progress, limits, repairing, findings)
+                  converted.model, suggest_keep_float, progress, limits, repairing, findings, recorded)
 
 
 def repaired_pipeline(config: PipelineConfig, verification: Verification, warnings: Sequence[Any],

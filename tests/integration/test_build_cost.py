@@ -3,10 +3,13 @@ conversion, or run the source model eagerly one sample at a time. Real conversio
 
 from __future__ import annotations
 
+import collections
+import hashlib
 import json
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,6 +22,7 @@ from .test_verify import ANY_MODE_TARGET
 pytestmark = pytest.mark.tf
 
 CALIBRATION = 48
+EVALUATION = 40
 
 
 def _project(tmp_path: Path, culprits: int) -> Path:
@@ -26,7 +30,7 @@ def _project(tmp_path: Path, culprits: int) -> Path:
 
     models.dense_model(tmp_path / "tiny.keras", keras.layers.ReLU(name="act"), features=7, hidden=9, classes=5)
     models.calibration(tmp_path / "cal.npz", samples=CALIBRATION, features=7)
-    x = np.random.default_rng(5).normal(size=(40, 7)).astype(np.float32)
+    x = np.random.default_rng(5).normal(size=(EVALUATION, 7)).astype(np.float32)
     np.savez(tmp_path / "eval.npz", feat=x)
     return models.pipeline(tmp_path, "tiny.keras", "cal.npz", samples=CALIBRATION,
                            extra=f"evaluation: {{path: eval.npz}}\nverify: {{culprits: {culprits}}}\n"
@@ -44,6 +48,52 @@ def test_calibration_runs_once_with_the_per_op_error_ranking_and_changes_no_byte
     plain = edgeconv.build(_project(tmp_path, culprits=0))
     assert plain.report["culprits"] is None
     assert ranked.tflite_path.read_bytes() == plain.tflite_path.read_bytes()
+
+
+def _model_runs(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
+    """Samples run per model (by the sha256 of its bytes) through edgeconv's LiteRT runner from now on."""
+    from edgeconv.verify.runner import TFLiteRunner
+
+    counts: collections.Counter[str] = collections.Counter()
+    init, run = TFLiteRunner.__init__, TFLiteRunner.run
+
+    def counting_init(self: TFLiteRunner, data: bytes, **kw: bool) -> None:
+        init(self, data, **kw)
+        self.sha = hashlib.sha256(data).hexdigest()  # type: ignore[attr-defined]
+
+    def counting_run(self: TFLiteRunner, feeds: Any) -> dict[str, Any]:
+        counts[self.sha] += len(next(iter(feeds.values())))  # type: ignore[attr-defined]
+        return run(self, feeds)
+
+    monkeypatch.setattr(TFLiteRunner, "__init__", counting_init)
+    monkeypatch.setattr(TFLiteRunner, "run", counting_run)
+    return counts
+
+
+@pytest.mark.parametrize("record_bytes", [0, None])
+def test_each_model_runs_over_the_evaluation_samples_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          record_bytes: int | None) -> None:
+    """The float .tflite runs over the evaluation samples once (the activation-range check, recording its
+    outputs for parity) and the built .tflite once (the runtime check, recording them too): parity reads
+    both back. With no room to record, each runs twice, and the report is the same to the last digit."""
+    from edgeconv.verify import recorded
+
+    pipeline = _project(tmp_path, culprits=0)
+    replayed = edgeconv.build(pipeline)
+    counts = _model_runs(monkeypatch)
+    if record_bytes is not None:
+        monkeypatch.setattr(recorded, "RECORD_BYTES", record_bytes)
+    pipeline.write_text(pipeline.read_text().replace("dir: out0", "dir: again"))
+    result = edgeconv.build(pipeline)
+    built = hashlib.sha256(result.tflite_path.read_bytes()).hexdigest()
+    times = 1 if record_bytes is None else 2
+    assert counts.pop(built) == CALIBRATION + times * EVALUATION
+    # The float .tflite (the only other model run): the activation check and parity on the evaluation samples,
+    # and once over the calibration samples for the tensor that clips (were its own values clipped too?).
+    assert [w["check"] for w in result.report["quantization"]["calibration"]["warnings"]].count("activation_range") == 1
+    assert list(counts.values()) == [times * EVALUATION + CALIBRATION]
+    assert result.report["parity"] == replayed.report["parity"]
+    assert result.tflite_path.read_bytes() == replayed.tflite_path.read_bytes()
 
 
 @pytest.fixture
