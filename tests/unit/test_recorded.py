@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -10,8 +11,11 @@ import pytest
 
 from edgeconv.verify.recorded import Recording, Recordings
 
+DATA = Path(__file__).resolve().parent.parent / "data"
+
 # Three batches of two samples: outputs of 2 x 3 float32 (24 bytes) and 2 int8 (2 bytes) each.
-BATCHES: list[dict[str, np.ndarray]] = [{"scores": np.full((2, 3), k, np.float32), "label": np.full(2, k, np.int8)} for k in range(3)]
+BATCHES: list[dict[str, np.ndarray]] = [{"scores": np.full((2, 3), k, np.float32), "label": np.full(2, k, np.int8)}
+                                        for k in range(3)]
 BATCH_BYTES = 26
 
 
@@ -74,3 +78,25 @@ def test_without_a_recording_the_model_runs_and_is_made_once() -> None:
     calls: list[int] = []
     run = Recordings().replay("float_tflite", _real(calls), "evaluation", 2)
     assert [run({})["label"][0] for _ in range(3)] == [-1, -1, -1] and calls == [0]
+
+
+
+@pytest.mark.parametrize(("samples", "batch", "any_batch", "chunk"), [
+    (5.0, 1, True, 5),  # five samples' activations fit exactly
+    (5.0 - 1e-6, 1, True, 4),  # a byte short of five
+    (5.0, 2, True, 4),  # whole batches only
+    (1.0, 2, True, 2),  # never less than one batch
+    (1e4, 1, True, 256),  # never more than SOURCE_CHUNK
+    (1e4, 3, False, 3),  # a model that takes only its batch size
+])
+def test_the_source_model_runs_on_as_many_samples_as_their_activations_bytes_allow(
+        monkeypatch: pytest.MonkeyPatch, samples: float, batch: int, any_batch: bool, chunk: int) -> None:
+    from edgeconv.converters.tflite_reader import parse_tflite
+    from edgeconv.verify import stage
+
+    model = parse_tflite((DATA / "conv2d-relu.int8.tflite").read_bytes(), "conv2d-relu.int8.tflite")
+    # What the model computes, as float32, for the ``batch`` samples it is taken to hold.
+    per_sample = 4 * sum(t.elements for t in model.main.tensors if not t.constant) / batch
+    assert per_sample > 500
+    monkeypatch.setattr(stage, "SOURCE_BYTES", int(samples * per_sample))
+    assert stage.source_chunk(model, batch, any_batch) == chunk
