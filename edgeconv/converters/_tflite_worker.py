@@ -326,7 +326,7 @@ def _convert(tf: Any, job_dir: Path, job: dict[str, Any], representative: Any) -
         float_model = _float_model(tf, job_dir, job, representative)
         print("edgeconv worker: quantizing the float model with AI Edge Quantizer", file=sys.stderr, flush=True)
         model, _ = aeq.quantize(float_model, representative, mode=job["mode"], per_channel=job["per_channel"],
-                                int16_ops=job["int16_ops"], percentile=job["range_percentile"])
+                                int16_ops=job["int16_ops"], percentile=job["range_percentile"], data_key=_DATA_KEY)
         return model, None
     converter = _converter(tf, job_dir, job, representative)
     if not job["keep_float"]:

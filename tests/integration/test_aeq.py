@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -92,6 +93,32 @@ def test_ranges_are_the_calibration_min_and_max_or_their_percentiles(float_tflit
     # The rare value is clipped from the input's range: 80 is 1 of the 1,400 input values.
     assert exact["serving_default_features:0"][2] == 80.0
     assert clipped["serving_default_features:0"][2] < 1.0 + 81 / aeq.BINS  # within a bin of the largest other value
+
+
+def test_the_statistics_are_measured_once_per_model_and_data_and_give_the_same_ranges(
+        float_tflite: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Repair trials quantize the same float model from the same calibration: the min and max are measured
+    in one run over the batches, the histograms in one more the first time a percentile is asked, and
+    every range is what a fresh measurement gives."""
+    data = _data(200, 0, glitch=True)
+    runs: list[int] = []
+
+    def batches() -> Any:
+        runs.append(0)
+        return ({"features": data[k:k + 1]} for k in range(len(data)))
+
+    monkeypatch.setattr(aeq, "_MEASURED", {})
+    fresh = {p: aeq._ranges(float_tflite, batches, p) for p in (None, 99.9, 99.99)}
+    assert len(runs) == 5  # without a data key: every call measures (min and max; with a percentile, histograms)
+    runs.clear()
+    kept = {p: aeq._ranges(float_tflite, batches, p, "the build's calibration") for p in (None, 99.9, None, 99.99)}
+    assert len(runs) == 2 and kept == fresh
+    assert aeq._ranges(float_tflite, batches, 99.9, "other samples") == fresh[99.9] and len(runs) == 4
+    assert len(aeq._MEASURED) == aeq._KEEP
+    aeq._ranges(float_tflite, batches, None, "a third calibration")  # the oldest is forgotten
+    assert len(runs) == 5 and len(aeq._MEASURED) == aeq._KEEP
+    aeq._ranges(float_tflite, batches, None, "the build's calibration")
+    assert len(runs) == 6
 
 
 def _pipeline(tmp_path: Path, keras_model: Path, quantization: str, targets: str = "[tflm-cmsis-nn]") -> Path:
