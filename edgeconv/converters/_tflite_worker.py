@@ -14,7 +14,7 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -108,7 +108,7 @@ def convert(job_dir: Path, report: IO[str] | None = None) -> int:
     try:
         model, denied = _convert(tf, job_dir, job, representative)
         if job["debug"] is not None:
-            layers = _layer_errors(tf, job, _input_order(model, job), denied)
+            layers = _layer_errors(job, _input_order(model, job), denied)
             (job_dir / "layers.json").write_text(json.dumps(layers))
         if job["float_reference"]:
             (job_dir / "float.tflite").write_bytes(_float_model(tf, job_dir, job, representative))
@@ -203,32 +203,35 @@ def _calibrate_once() -> None:
 DEBUG_SAMPLES = 64  # evaluation samples the per-op error is measured on
 
 
-def _erased(float_tensor: Any, quant_tensor: Any, scale: float, zero_point: int) -> float:
-    """Share of values the float model has (not 0) that quantization maps to the zero level: information
-    the op's output quantization erases (a wide-range tensor crushes its small channels this way)."""
-    live = np.abs(np.ravel(float_tensor)) > 1e-6
+_NUMERIC_VERIFY = "NumericVerify"
+
+
+def _tensor_metrics(diffs: np.ndarray, float_tensor: np.ndarray, quant_tensor: np.ndarray, scale: float,
+                    zero_point: int) -> tuple[Any, ...]:
+    """One quantized op output on one sample, next to the same op in float on the same inputs: the numbers
+    TF's QuantizationDebugger gives from its NumericVerify difference (element count, max abs error, mean
+    squared error, as its default metrics compute them), the signal and noise power (noise: the float
+    output minus the dequantized one) and the share of the float op's non-zero values that quantization
+    maps to the zero level (information its output quantization erases: a wide-range tensor crushes its
+    small channels this way). Each array is read in place, the float one widened once; the debugger's
+    numbers keep its types (float32 for a float32 difference), so their averages are its own."""
+    f = np.ravel(float_tensor)
+    q = np.ravel(quant_tensor)
+    wide = f.astype(np.float64)
+    noise = wide - (q.astype(np.float64) - zero_point) * scale
+    live = np.abs(f) > 1e-6
     count = np.count_nonzero(live)
-    return float(np.count_nonzero(np.ravel(quant_tensor)[live] == zero_point) / count) if count else 0.0
+    erased = float(np.count_nonzero(q[live] == zero_point) / count) if count else 0.0
+    return (diffs.size, np.max(np.abs(diffs)), np.average(diffs ** 2), erased, float(wide @ wide / wide.size),
+            float(noise @ noise / noise.size))
 
 
-def _signal_power(float_tensor: Any, quant_tensor: Any, scale: float, zero_point: int) -> float:
-    f = np.ravel(float_tensor).astype(np.float64)
-    return float(f @ f / f.size)
-
-
-def _noise_power(float_tensor: Any, quant_tensor: Any, scale: float, zero_point: int) -> float:
-    """Against the same op in float on the same inputs (the SQNR is signal/noise)."""
-    noise = np.ravel(float_tensor).astype(np.float64) - (np.ravel(quant_tensor).astype(np.float64) - zero_point) * scale
-    return float(noise @ noise / noise.size)
-
-
-# The debugger's own metrics of the NumericVerify differences the report reads (it also computes their
-# standard deviation and mean on every sample: not used).
-_DIFF_METRICS = ("num_elements", "max_abs_error", "mean_squared_error")
+# The columns of _tensor_metrics, in order (the first three are the debugger's own names).
+_METRICS = ("num_elements", "max_abs_error", "mean_squared_error", "erased", "signal_power", "noise_power")
 
 
 def _input_order(model: bytes, job: dict[str, Any]) -> list[str]:
-    """Input names in the order of the interpreter's input details (how the debugger feeds a list)."""
+    """Input names in the order of the interpreter's input details (how the debug model is fed a list)."""
     from ai_edge_litert.interpreter import Interpreter
 
     details = Interpreter(model_content=model).get_input_details()
@@ -240,54 +243,88 @@ def _input_order(model: bytes, job: dict[str, Any]) -> list[str]:
     return order
 
 
-def _layer_errors(tf: Any, job: dict[str, Any], order: list[str], denied: list[str] | None) -> list[dict[str, Any]]:
-    """Per quantized op, next to the same op in float on the same dequantized inputs (TF's
-    QuantizationDebugger): the error it adds, the SQNR of its output, and how much of the float
-    op's output its quantization erases."""
-    import csv
-    import io
+def debug_statistics(debug_model: bytes, batches: Iterable[Sequence[np.ndarray]]) -> list[dict[str, Any]]:
+    """Per NumericVerify op of a debug model (``mlir_quantize(..., enable_numeric_verify=True)``): the quantized
+    op's name and output tensor, its scale and zero point, and each of _METRICS averaged over the samples
+    (NaN ignored), as TF's QuantizationDebugger computes them (TF 2.21 debugger.py
+    ``_collect_layer_statistics`` and ``layer_statistics_dump``) with _tensor_metrics as its direct-compare
+    metrics. One pass per tensor and sample, reading the interpreter's tensors in place: the debugger
+    copies the float and quantized tensors once per metric and looks up each op's details per sample.
+    LiteRT's interpreter runs it (the NumericVerify kernel is among its builtins; the same numbers as TF's
+    deprecated ``tf.lite.Interpreter`` the debugger uses, tested)."""
+    import warnings
 
+    from ai_edge_litert.interpreter import Interpreter
+
+    with warnings.catch_warnings():  # LiteRT's note that keeping every tensor is for debugging: it is here
+        warnings.filterwarnings("ignore", message=".*experimental_preserve_all_tensors")
+        interpreter = Interpreter(model_content=debug_model, experimental_preserve_all_tensors=True)
+    ops = interpreter._get_ops_details()
+    defining = {t: op for op in ops for t in op["outputs"]}
+    tensors = {d["index"]: d for d in interpreter.get_tensor_details()}
+    verify = []
+    for op in ops:
+        if op["op_name"] != _NUMERIC_VERIFY:
+            continue
+        q_idx, f_idx = op["inputs"]
+        params = tensors[q_idx]["quantization_parameters"]
+        # The debugger's name for the quantized tensor: the NumericVerify output's name without the prefix,
+        # the index after ":" and a trailing digit (TF 2.21 debugger.py _get_operand_name_and_index).
+        name = tensors[op["outputs"][0]]["name"].rsplit(":", 1)[0][len(_NUMERIC_VERIFY) + 1:]
+        if re.match(r"\d", name[-1]):
+            name = name[:-1]
+        verify.append((op["outputs"][0], q_idx, f_idx, float(params["scales"][0]), int(params["zero_points"][0]),
+                       {"op_name": defining[q_idx]["op_name"], "tensor_name": name,
+                        "scale": float(params["scales"][0]), "zero_point": int(params["zero_points"][0])}))
+    if not verify:
+        raise ValueError("the debug model has no NumericVerify op")
+    inputs = interpreter.get_input_details()
+    values: list[list[tuple[Any, ...]]] = [[] for _ in verify]
+    for k, data in enumerate(batches):
+        if k == 0:
+            for detail, x in zip(inputs, data):
+                interpreter.resize_tensor_input(detail["index"], x.shape)
+            interpreter.allocate_tensors()
+        for detail, x in zip(inputs, data):
+            if x.dtype == np.float32 and detail["dtype"] == np.int8 and detail["quantization_parameters"]["scales"]:
+                p = detail["quantization_parameters"]
+                x = np.round(x / p["scales"][0] + p["zero_points"][0]).astype(np.int8)
+            interpreter.set_tensor(detail["index"], x)
+        interpreter.invoke()
+        for into, (out, q_idx, f_idx, scale, zero_point, _) in zip(values, verify):
+            into.append(_tensor_metrics(interpreter.tensor(out)(), interpreter.tensor(f_idx)(),
+                                        interpreter.tensor(q_idx)(), scale, zero_point))
+    return [{**row, **{m: float(np.nanmean(column)) for m, column in zip(_METRICS, zip(*v))}}
+            for v, (*_, row) in zip(values, verify) if v]
+
+
+def _layer_errors(job: dict[str, Any], order: list[str], denied: list[str] | None) -> list[dict[str, Any]]:
+    """Per quantized op, next to the same op in float on the same dequantized inputs (TF's debug model, as
+    its QuantizationDebugger builds and reads it): the error it adds, the SQNR of its output, and how much
+    of the float op's output its quantization erases."""
     debug_job = {**job, **job["debug"]}
-
-    def debug_data() -> Any:
-        for batch in samples(debug_job, None, limit=DEBUG_SAMPLES):
-            yield [batch[name] for name in order]
-
-    options = tf.lite.experimental.QuantizationDebugOptions(
-        layer_direct_compare_metrics={"erased": _erased, "signal_power": _signal_power,
-                                      "noise_power": _noise_power},
-        denylisted_nodes=denied)
     # The debug model straight from the build's calibration (the job's conversion ran first): what the
     # debugger makes from a converter (TF 2.21, debugger.py _init_from_converter), without converting and
-    # calibrating the graph once more.
+    # calibrating the graph once more. Its intermediate tensors are kept (a converter-built debugger's
+    # interpreter does not keep them, so the values it reads after invoke() may already be overwritten by
+    # later ops: measured, a logits op reported at 7.1 dB that is 39.6 dB end to end).
     from tensorflow.lite.python import convert as tf_convert
 
     print("edgeconv worker: debug model from the build's calibration", file=sys.stderr, flush=True)
     quant_debug_model = tf_convert.mlir_quantize(
         _CALIBRATED[_DATA_KEY][1], disable_per_channel=not job["per_channel"], fully_quantize=False,
         enable_numeric_verify=True, denylisted_ops=None, denylisted_nodes=denied)
-    # Built from a converter, the debugger's interpreter does not keep intermediate tensors (TF 2.21,
-    # debugger.py _init_from_converter), so the float and quantized values the compare metrics read
-    # after invoke() may already be overwritten by later ops (measured: a logits op reported at 7.1 dB
-    # that is 39.6 dB end to end). Built from the debug model itself, it keeps them.
-    debugger = tf.lite.experimental.QuantizationDebugger(quant_debug_model_content=quant_debug_model,
-                                                         debug_dataset=debug_data, debug_options=options)
-    metrics = getattr(debugger, "_layer_debug_metrics", None)  # TF 2.20-2.21: the defaults, every sample
-    if isinstance(metrics, dict) and set(_DIFF_METRICS) <= set(metrics):
-        debugger._layer_debug_metrics = {k: metrics[k] for k in _DIFF_METRICS}
-    debugger.run()
-    text = io.StringIO()
-    debugger.layer_statistics_dump(text)
-    rows = list(csv.DictReader(io.StringIO(text.getvalue())))
+    rows = debug_statistics(quant_debug_model, ([batch[name] for name in order]
+                                                    for batch in samples(debug_job, None, limit=DEBUG_SAMPLES)))
     out = []
     for row in rows:
         entry: dict[str, Any] = {"op": row["op_name"], "tensor": row["tensor_name"]}
         for key in ("num_elements", "mean_squared_error", "max_abs_error", "scale", "erased"):
             entry[key] = float(row[key])
-        signal, noise = float(row["signal_power"]), float(row["noise_power"])
+        signal, noise = row["signal_power"], row["noise_power"]
         # No signal or no noise on these samples: no ratio to give.
         entry["sqnr_db"] = float(10 * np.log10(signal / noise)) if signal > 0 and noise > 0 else None
-        entry["zero_point"] = int(float(row["zero_point"]))
+        entry["zero_point"] = row["zero_point"]
         scale = entry["scale"]
         entry["rmse_per_scale"] = float(np.sqrt(entry["mean_squared_error"]) / scale) if scale else 0.0
         out.append(entry)
