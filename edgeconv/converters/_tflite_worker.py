@@ -248,10 +248,11 @@ def debug_statistics(debug_model: bytes, batches: Iterable[Sequence[np.ndarray]]
     op's name and output tensor, its scale and zero point, and each of _METRICS averaged over the samples
     (NaN ignored), as TF's QuantizationDebugger computes them (TF 2.21 debugger.py
     ``_collect_layer_statistics`` and ``layer_statistics_dump``) with _tensor_metrics as its direct-compare
-    metrics. One pass per tensor and sample, reading the interpreter's tensors in place: the debugger
-    copies the float and quantized tensors once per metric and looks up each op's details per sample.
-    LiteRT's interpreter runs it (the NumericVerify kernel is among its builtins; the same numbers as TF's
-    deprecated ``tf.lite.Interpreter`` the debugger uses, tested)."""
+    metrics. One pass per tensor and sample, reading the interpreter's tensors in place: the debugger copies
+    the float and quantized tensors once per metric and looks up each op's details per sample. LiteRT's
+    interpreter runs it, the runtime of the build's other checks (tested: the debugger's numbers, with TF's
+    interpreter, on a real debug model); a sample it does not run on (LiteRT's int8 DIV stops on a divisor
+    at its zero point; the runtime check names that op) is left out."""
     import warnings
 
     from ai_edge_litert.interpreter import Interpreter
@@ -280,6 +281,7 @@ def debug_statistics(debug_model: bytes, batches: Iterable[Sequence[np.ndarray]]
         raise ValueError("the debug model has no NumericVerify op")
     inputs = interpreter.get_input_details()
     values: list[list[tuple[Any, ...]]] = [[] for _ in verify]
+    failed = 0
     for k, data in enumerate(batches):
         if k == 0:
             for detail, x in zip(inputs, data):
@@ -290,10 +292,19 @@ def debug_statistics(debug_model: bytes, batches: Iterable[Sequence[np.ndarray]]
                 p = detail["quantization_parameters"]
                 x = np.round(x / p["scales"][0] + p["zero_points"][0]).astype(np.int8)
             interpreter.set_tensor(detail["index"], x)
-        interpreter.invoke()
+        try:
+            interpreter.invoke()
+        except RuntimeError as exc:  # an op that stops on this sample (int8 DIV by its zero point): the
+            if not failed:  # runtime check names it; the analysis stands on the samples that run
+                print(f"edgeconv worker: per-op analysis: sample {k} does not run "
+                      f"({' '.join(str(exc).split())[-200:]})", file=sys.stderr, flush=True)
+            failed += 1
+            continue
         for into, (out, q_idx, f_idx, scale, zero_point, _) in zip(values, verify):
             into.append(_tensor_metrics(interpreter.tensor(out)(), interpreter.tensor(f_idx)(),
                                         interpreter.tensor(q_idx)(), scale, zero_point))
+    if failed:
+        print(f"edgeconv worker: per-op analysis: {failed} sample(s) left out", file=sys.stderr, flush=True)
     return [{**row, **{m: float(np.nanmean(column)) for m, column in zip(_METRICS, zip(*v))}}
             for v, (*_, row) in zip(values, verify) if v]
 
