@@ -1,6 +1,7 @@
 """What the repair search costs next to the build it repairs, side by side in one run.
 
     python scripts/bench_repair.py [--runs 3] [--trials 8] [--model digits|mobilenetv2-0.35-96]
+                                   [--edgeconv-from OTHER_CHECKOUT]
 
 Every run is a fresh ``edgeconv build --no-cache`` process on the same model and data, taking turns:
 
@@ -12,7 +13,8 @@ Every run is a fresh ``edgeconv build --no-cache`` process on the same model and
   rebuilt: the difference is the search itself.
 
 Per variant: the median wall time and CPU time (the build and its converter worker), and the trials the
-report lists with each one's seconds. The ratio is repair / default.
+report lists with each one's seconds. The ratio is repair / default. ``--edgeconv-from`` adds both
+variants run from another checkout (an older commit), in the same turns.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -55,11 +58,11 @@ def _mobilenet(root: Path) -> str:
             "quantization: {mode: int8}\ntargets: [arm-neon]\noutput: {dir: out}\n")
 
 
-def run(root: Path, pipeline: str) -> tuple[float, float]:
+def run(root: Path, pipeline: str, code: Path = REPO) -> tuple[float, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "edgeconv", "build", pipeline, "-q", "--no-cache"], cwd=root,
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(code)})
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode not in (0, 1):
@@ -72,7 +75,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--trials", type=int, default=8)
     parser.add_argument("--model", choices=["digits", "mobilenetv2-0.35-96"], default="digits")
+    parser.add_argument("--edgeconv-from", type=Path, default=None)
     args = parser.parse_args()
+    codes = {"": REPO}
+    if args.edgeconv_from is not None:
+        codes[f" @ {args.edgeconv_from.name}"] = args.edgeconv_from.resolve()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         base = _digits(root) if args.model == "digits" else _mobilenet(root)
@@ -81,20 +88,25 @@ def main() -> None:
         (root / "repair.yaml").write_text(
             base + f"gates: {{min_sqnr_db: 90}}\nrepair: {{enabled: true, max_trials: {args.trials}, "
                    "allow_interface_change: true}\n")
-        times: dict[str, list[tuple[float, float]]] = {"default": [], "repair": []}
+        times: dict[str, list[tuple[float, float]]] = {f"{n}{c}": [] for c in codes for n in ("default", "repair")}
+        out = root / "out" if args.model != "digits" else root / "build" / "digits"
+        trials: list[dict[str, Any]] = []
         for _ in range(args.runs):
-            for name in times:
-                times[name].append(run(root, f"{name}.yaml"))
-        report = json.loads(next((root / "out" if args.model != "digits" else root / "build" / "digits")
-                                 .glob("report.json")).read_text())
-    trials = report["repair"]["trials"]
+            for suffix, code in codes.items():
+                for name in ("default", "repair"):
+                    times[f"{name}{suffix}"].append(run(root, f"{name}.yaml", code))
+                    if name == "repair" and not suffix:  # this checkout's search, trial by trial
+                        trials = json.loads((out / "report.json").read_text())["repair"]["trials"]
     print(f"{args.model}, {args.runs} run(s) each, medians:")
     for name, runs in times.items():
-        print(f"  {name:8s} wall {statistics.median(w for w, _ in runs):6.1f} s   "
+        print(f"  {name:20s} wall {statistics.median(w for w, _ in runs):6.1f} s   "
               f"cpu {statistics.median(c for _, c in runs):6.1f} s   "
               f"({', '.join(f'{w:.1f}/{c:.1f}' for w, c in runs)})")
-    ratio = statistics.median(c for _, c in times["repair"]) / statistics.median(c for _, c in times["default"])
-    print(f"  repair / default (CPU): {ratio:.2f}x with {len(trials)} trial(s)")
+    for suffix in codes:
+        ratio = (statistics.median(c for _, c in times[f"repair{suffix}"])
+                 / statistics.median(c for _, c in times[f"default{suffix}"]))
+        print(f"  repair / default{suffix} (CPU): {ratio:.2f}x")
+    print(f"  the trials of this checkout's last search ({len(trials)}):")
     for t in trials:
         print(f"    trial {t['trial']}: {t['seconds']:5.1f} s  {t['change']}")
 
