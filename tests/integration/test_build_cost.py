@@ -7,6 +7,8 @@ import collections
 import hashlib
 import json
 import os
+import re
+import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -70,30 +72,31 @@ def _model_runs(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
     return counts
 
 
-@pytest.mark.parametrize("record_bytes", [0, None])
-def test_each_model_runs_over_the_evaluation_samples_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                          record_bytes: int | None) -> None:
+def test_each_model_runs_over_the_evaluation_samples_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The float .tflite runs over the evaluation samples once (the activation-range check, recording its
     outputs for parity) and the built .tflite once (the runtime check, recording them too): parity reads
     both back. With no room to record, each runs twice, and the report is the same to the last digit."""
     from edgeconv.verify import recorded
 
     pipeline = _project(tmp_path, culprits=0)
-    replayed = edgeconv.build(pipeline)
-    counts = _model_runs(monkeypatch)
-    if record_bytes is not None:
-        monkeypatch.setattr(recorded, "RECORD_BYTES", record_bytes)
-    pipeline.write_text(pipeline.read_text().replace("dir: out0", "dir: again"))
-    result = edgeconv.build(pipeline)
-    built = hashlib.sha256(result.tflite_path.read_bytes()).hexdigest()
-    times = 1 if record_bytes is None else 2
-    assert counts.pop(built) == CALIBRATION + times * EVALUATION
-    # The float .tflite (the only other model run): the activation check and parity on the evaluation samples,
-    # and once over the calibration samples for the tensor that clips (were its own values clipped too?).
-    assert [w["check"] for w in result.report["quantization"]["calibration"]["warnings"]].count("activation_range") == 1
-    assert list(counts.values()) == [times * EVALUATION + CALIBRATION]
-    assert result.report["parity"] == replayed.report["parity"]
-    assert result.tflite_path.read_bytes() == replayed.tflite_path.read_bytes()
+    counted: list[collections.Counter[str]] = []
+    results = []
+    for room in (recorded.RECORD_BYTES, 0):
+        monkeypatch.setattr(recorded, "RECORD_BYTES", room)
+        with monkeypatch.context() as patched:
+            counted.append(_model_runs(patched))
+            pipeline.write_text(re.sub(r"dir: \S+}", f"dir: out-{room}}}", pipeline.read_text()))
+            results.append(edgeconv.build(pipeline))
+    for counts, result, times in zip(counted, results, (1, 2)):
+        built = hashlib.sha256(result.tflite_path.read_bytes()).hexdigest()
+        assert counts.pop(built) == CALIBRATION + times * EVALUATION
+        # The float .tflite (the only other model run): the activation check and parity on the evaluation
+        # samples, and once over the calibration samples for the tensor that clips (its own values clip too?).
+        checks = [w["check"] for w in result.report["quantization"]["calibration"]["warnings"]]
+        assert checks.count("activation_range") == 1
+        assert list(counts.values()) == [times * EVALUATION + CALIBRATION]
+    assert results[0].report["parity"] == results[1].report["parity"]
+    assert results[0].tflite_path.read_bytes() == results[1].tflite_path.read_bytes()
 
 
 @pytest.fixture
@@ -335,14 +338,30 @@ def _pipelines(tmp_path: Path, hidden: dict[str, int]) -> dict[str, bytes]:
                                  ).tflite_path.read_bytes() for name in hidden}
 
 
+@pytest.fixture(scope="module")
+def built_alone(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, bytes]]:
+    """Three pipelines (models of 9, 11 and 13 hidden units) in their folders, and each one's .tflite built
+    alone: shared by the tests that build several at once, each in a copy of the folders."""
+    root = tmp_path_factory.mktemp("alone")
+    return root, _pipelines(root, {"a": 9, "b": 11, "c": 13})
+
+
+def _copied(built_alone: tuple[Path, dict[str, bytes]], tmp_path: Path, names: str) -> dict[str, bytes]:
+    """The pipelines ``names`` copied into ``tmp_path``; their .tflite built alone."""
+    root, alone = built_alone
+    for n in names:
+        shutil.copytree(root / n, tmp_path / n)
+    return {n: alone[n] for n in names}
+
+
 def test_the_builds_of_several_pipelines_share_one_worker_and_each_gets_its_own_bytes(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, worker_pids: list[int]) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, worker_pids: list[int],
+        built_alone: tuple[Path, dict[str, bytes]]) -> None:
     """`edgeconv build a.yaml b.yaml -j 1`: one converter worker (one TensorFlow import) serves both builds,
     and each .tflite is byte for byte what the pipeline builds alone."""
     from edgeconv.cli import main
 
-    alone = _pipelines(tmp_path, {"a": 9, "b": 11})
-    worker_pids.clear()  # the builds above each had their own
+    alone = _copied(built_alone, tmp_path, "ab")
     monkeypatch.setenv("EDGECONV_NO_CACHE", "1")
     assert main(["build", str(tmp_path / "a" / "pipeline.yaml"), str(tmp_path / "b" / "pipeline.yaml"),
                  "-j", "1", "-q"]) == 0
@@ -367,8 +386,8 @@ sys.addaudithook(_hook)
 
 
 @pytest.mark.parametrize(("mode", "imports"), [("fork", 1), ("spawn", 4)])
-def test_parallel_builds_import_tensorflow_once_and_leave_no_temporary_file(tmp_path: Path, mode: str,
-                                                                           imports: int) -> None:
+def test_parallel_builds_import_tensorflow_once_and_leave_no_temporary_file(
+        tmp_path: Path, mode: str, imports: int, built_alone: tuple[Path, dict[str, bytes]]) -> None:
     """`build a.yaml b.yaml c.yaml -j 2`: the pool's processes are the CLI forked after its TensorFlow import
     (one import for all; with EDGECONV_WORKER=spawn each of the 2 imports it, and so does its converter
     worker), each .tflite is what its pipeline builds alone, and the temporary folder is left empty (a fork
@@ -376,8 +395,8 @@ def test_parallel_builds_import_tensorflow_once_and_leave_no_temporary_file(tmp_
     import subprocess
     import sys
 
-    names = {"a": 9, "b": 11, "c": 13}
-    alone = _pipelines(tmp_path, names)
+    alone = _copied(built_alone, tmp_path, "abc")
+    names = list(alone)
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "sitecustomize.py").write_text(AUDIT_TF_IMPORT)
     (tmp_path / "tmp").mkdir()
