@@ -39,7 +39,14 @@ def _project(tmp_path: Path, culprits: int) -> Path:
                                  f"output: {{dir: out{culprits}}}\n")
 
 
-def test_calibration_runs_once_with_the_per_op_error_ranking_and_changes_no_byte(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory) -> edgeconv.BuildResult:
+    """The project without the per-op analysis, built once by the library for the tests that compare with it."""
+    return edgeconv.build(_project(tmp_path_factory.mktemp("plain"), culprits=0))
+
+
+def test_calibration_runs_once_with_the_per_op_error_ranking_and_changes_no_byte(
+        tmp_path: Path, plain: edgeconv.BuildResult) -> None:
     seen: list[tuple[str, int, int]] = []
     ranked = edgeconv.build(_project(tmp_path, culprits=5), progress=lambda *a: seen.append(a))
     calibrating = [done for stage, done, _ in seen if stage == "calibrating"]
@@ -47,7 +54,6 @@ def test_calibration_runs_once_with_the_per_op_error_ranking_and_changes_no_byte
     assert calibrating[-1] == CALIBRATION and calibrating == sorted(calibrating)
     assert calibrating.count(CALIBRATION) == 1  # every pass over the samples ends with a report at the total
     assert ranked.report["culprits"] and ranked.report["culprits"][0]["source_layers"]
-    plain = edgeconv.build(_project(tmp_path, culprits=0))
     assert plain.report["culprits"] is None
     assert ranked.tflite_path.read_bytes() == plain.tflite_path.read_bytes()
 
@@ -147,9 +153,8 @@ def test_a_worker_killed_between_jobs_is_replaced(tmp_path: Path) -> None:
         assert worker._proc is not None and worker._proc.pid != first and worker._proc.poll() is None
 
 
-def test_the_report_gives_each_stage_time(tmp_path: Path) -> None:
-    result = edgeconv.build(_project(tmp_path, culprits=0))
-    timings = json.loads((result.output_dir / "report.json").read_text())["timings"]
+def test_the_report_gives_each_stage_time(plain: edgeconv.BuildResult) -> None:
+    timings = json.loads((plain.output_dir / "report.json").read_text())["timings"]
     assert list(timings["stages_s"]) == ["load", "data", "passes", "convert", "check", "invoke", "verify", "report"]
     assert sum(timings["stages_s"].values()) == pytest.approx(timings["total_s"], abs=0.05)
 
@@ -424,8 +429,8 @@ sys.exit(code)
 
 
 @pytest.mark.parametrize(("command", "frozen"), [("build", "True True"), ("validate", "False False")])
-def test_the_command_leaves_tensorflows_objects_out_of_its_exit_collections(tmp_path: Path, command: str,
-                                                                            frozen: str) -> None:
+def test_the_command_leaves_tensorflows_objects_out_of_its_exit_collections(
+        tmp_path: Path, command: str, frozen: str, plain: edgeconv.BuildResult) -> None:
     """`edgeconv build` ends with TensorFlow's objects frozen (the exit's collections over them took 0.6 s of
     every build) and everything written: the same .tflite as the library's build, a complete report; a
     command that did not import TensorFlow leaves the collector alone."""
@@ -438,6 +443,5 @@ def test_the_command_leaves_tensorflows_objects_out_of_its_exit_collections(tmp_
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == frozen
     if command == "build":
-        alone = edgeconv.build(path, out=tmp_path / "alone")
-        assert (tmp_path / "out0" / "tiny.tflite").read_bytes() == alone.tflite_path.read_bytes()
+        assert (tmp_path / "out0" / "tiny.tflite").read_bytes() == plain.tflite_path.read_bytes()
         assert json.loads((tmp_path / "out0" / "report.json").read_text())["gate"]["verdict"] == "pass"
