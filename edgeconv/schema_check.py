@@ -11,6 +11,7 @@ Without the ``jsonschema`` package, so the light install can read reports.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -24,27 +25,48 @@ _JSON_TYPES = ((type(None), "null"), (bool, "boolean"), (int, "integer"), (float
                (list, "array"), (dict, "object"))  # bool before int: JSON's true is no integer
 
 
+_EXACT = {kind: name for kind, name in _JSON_TYPES}
+
+
 def json_type(value: Any) -> str:
-    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), type(value).__name__)
+    name = _EXACT.get(type(value))  # what json.loads makes; a subclass goes through isinstance
+    return name if name is not None else next((name for kind, name in _JSON_TYPES if isinstance(value, kind)),
+                                              type(value).__name__)
 
 
 def depth_problem(value: Any) -> str | None:
-    """Where ``value`` nests deeper than :data:`MAX_DEPTH` (walked without recursion), or None."""
-    todo: list[tuple[Any, int, str]] = [(value, 1, "$")]
+    """Where ``value`` nests deeper than :data:`MAX_DEPTH` (walked without recursion), or None. The walk
+    keeps each container's parent and key, not its path: the path is spelled only for the one too deep."""
+    todo: list[tuple[Any, int, Any]] = [(value, 1, None)]  # item, depth, (parent entry, key) or None
     while todo:
-        item, depth, path = todo.pop()
+        entry = todo.pop()
+        item, depth, _ = entry
         if isinstance(item, (dict, list)):
             if depth > MAX_DEPTH:
+                keys = []
+                while entry[2] is not None:
+                    entry, key = entry[2]
+                    keys.append(key)
+                path = "$"
+                for key in reversed(keys):
+                    path = _child(path, key)
                 return f"{path}: nested more than {MAX_DEPTH} levels deep"
             pairs = item.items() if isinstance(item, dict) else enumerate(item)
-            todo.extend((v, depth + 1, _child(path, k)) for k, v in pairs)
+            todo.extend((v, depth + 1, (entry, k)) for k, v in pairs if isinstance(v, (dict, list)))
     return None
 
 
 def _child(path: str, key: Any) -> str:
-    if isinstance(key, int):
-        return f"{path}[{key}]"
-    return f"{path}.{key}" if re.fullmatch(r"[A-Za-z_][\w-]*", str(key)) else f"{path}[{key!r}]"
+    return f"{path}[{key}]" if isinstance(key, int) else path + _member(str(key))
+
+
+@functools.lru_cache(maxsize=4096)
+def _member(key: str) -> str:
+    """How a JSON path names member ``key``: ``.key`` for a plain name, else ``['key']``."""
+    return f".{key}" if _PLAIN.fullmatch(key) else f"[{key!r}]"
+
+
+_PLAIN = re.compile(r"[A-Za-z_][\w-]*")
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -137,12 +137,13 @@ def feature_ranges(samples: SampleSet, name: str, batch: int) -> tuple[np.ndarra
 
 
 def alone(float_run: Run, samples: SampleSet, batch: int, view: InputView, shapes: Mapping[str, tuple[int, ...]],
-          labels: np.ndarray | None, kinds: Mapping[str, str]) -> rm.Parity:
-    """The float model with only ``view``'s input rounded to its levels, against the float model."""
+          labels: np.ndarray | None, kinds: Mapping[str, str], reference: Run | None = None) -> rm.Parity:
+    """The float model with only ``view``'s input rounded to its levels, against the float model (on the
+    samples as they are: ``reference`` when given, the float model's outputs on them read back)."""
     def rounded(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return float_run({**feeds, view.name: view.roundtrip(feeds[view.name])})
 
-    return parity.measure(float_run, {"input": rounded}, samples.batches(batch), shapes, labels, kinds)
+    return parity.measure(reference or float_run, {"input": rounded}, samples.batches(batch), shapes, labels, kinds)
 
 
 def explained(by: rm.Parity, built: rm.Parity) -> tuple[float, str]:
@@ -190,6 +191,8 @@ class Setting:
     labels: np.ndarray | None
     kinds: Mapping[str, str]
     layer_names: Sequence[str]
+    # A run of the float model's recorded outputs on the samples, new for each pass (None: the model runs).
+    float_outputs: Callable[[], Run] | None = None
 
 
 def _cause(cause_id: str, confirmed: bool, sentence: str, fix: str, subject: str | None, layers: list[str],
@@ -214,7 +217,8 @@ def input_causes(s: Setting, built: rm.Parity,
     out: list[tuple[tuple[int, float], rm.Cause]] = []
     for view in input_views(s.model):
         path = index_path(s.model, view.index)
-        measured = alone(s.float_run, s.samples, s.batch, view, s.shapes, s.labels, s.kinds)
+        measured = alone(s.float_run, s.samples, s.batch, view, s.shapes, s.labels, s.kinds,
+                         s.float_outputs() if s.float_outputs is not None else None)
         share, said = explained(measured, built)
         confirmed = share >= CONFIRMS
         replay = (f"the float model with only this input rounded to its {view.dtype} levels gives {said}, "

@@ -164,8 +164,10 @@ def verify(config: PipelineConfig, loaded: LoadedModel, reference: Any, converte
         from . import diagnosis
 
         float_run = TFLiteRunner(float_tflite).run if float_tflite is not None else reference
+        recorded_float = (None if float_tflite is None else lambda: played.replay(
+            "float_tflite", lambda: TFLiteRunner(float_tflite).run, samples.role, batch))
         setting = diagnosis.Setting(model, float_run, samples, batch, shapes, labels, result.get("kinds", {}),
-                                    loaded.graph.layer_names())
+                                    loaded.graph.layer_names(), recorded_float)
         try:
             why = diagnosis.diagnose(setting, result, findings, ranked, failed)
         except Exception as exc:  # the verdict stands without its explanation; the log says why

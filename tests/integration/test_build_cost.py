@@ -80,11 +80,13 @@ def _model_runs(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
 
 def test_each_model_runs_over_the_evaluation_samples_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The float .tflite runs over the evaluation samples once (the activation-range check, recording its
-    outputs for parity) and the built .tflite once (the runtime check, recording them too): parity reads
-    both back. With no room to record, each runs twice, and the report is the same to the last digit."""
+    outputs for parity and the diagnosis) and the built .tflite once (the runtime check, recording them
+    too): parity and the diagnosis of the failed gate read them back. With no room to record, they run the
+    models again, and the report is the same to the last digit."""
     from edgeconv.verify import recorded
 
     pipeline = _project(tmp_path, culprits=0)
+    pipeline.write_text(pipeline.read_text() + "gates: {min_sqnr_db: 99}\n")  # fails: the diagnosis runs
     counted: list[collections.Counter[str]] = []
     results = []
     for room in (recorded.RECORD_BYTES, 0):
@@ -93,15 +95,19 @@ def test_each_model_runs_over_the_evaluation_samples_once(tmp_path: Path, monkey
             counted.append(_model_runs(patched))
             pipeline.write_text(re.sub(r"dir: \S+}", f"dir: out-{room}}}", pipeline.read_text()))
             results.append(edgeconv.build(pipeline))
-    for counts, result, times in zip(counted, results, (1, 2)):
+    for counts, result, again in zip(counted, results, (0, 1)):
+        assert not result.passed and result.report["diagnosis"]["causes"]
         built = hashlib.sha256(result.tflite_path.read_bytes()).hexdigest()
-        assert counts.pop(built) == CALIBRATION + times * EVALUATION
-        # The float .tflite (the only other model run): the activation check and parity on the evaluation
-        # samples, and once over the calibration samples for the tensor that clips (its own values clip too?).
+        assert counts.pop(built) == CALIBRATION + (1 + again) * EVALUATION
+        # The float .tflite, the only other model run: the activation check on the evaluation samples, and on
+        # the calibration samples for the tensor that clips (do its own values clip too?); the diagnosis on
+        # the evaluation samples with the input rounded to its int8 levels; without the recording, parity's
+        # and the diagnosis's reference runs too.
         checks = [w["check"] for w in result.report["quantization"]["calibration"]["warnings"]]
         assert checks.count("activation_range") == 1
-        assert list(counts.values()) == [times * EVALUATION + CALIBRATION]
-    assert results[0].report["parity"] == results[1].report["parity"]
+        assert list(counts.values()) == [(2 + 2 * again) * EVALUATION + CALIBRATION]
+    for section in ("parity", "diagnosis"):
+        assert results[0].report[section] == results[1].report[section]  # type: ignore[literal-required]
     assert results[0].tflite_path.read_bytes() == results[1].tflite_path.read_bytes()
 
 
