@@ -63,6 +63,10 @@ def debug_model() -> tuple[bytes, list[list[np.ndarray]]]:
     return bytes(debug), [[data[k:k + 1]] for k in range(SAMPLES)]
 
 
+# The oracle runs TF's own interpreter, deprecated, with every tensor kept: its warnings are expected here.
+@pytest.mark.filterwarnings("ignore:.*tf.lite.Interpreter is deprecated:UserWarning",
+                            "ignore:.*experimental_preserve_all_tensors:UserWarning",
+                            "ignore:Statistics for quantized inputs were expected:UserWarning")
 def test_the_per_op_numbers_are_the_quantization_debuggers(debug_model: tuple[bytes, list[list[np.ndarray]]]) -> None:
     import tensorflow as tf
 
