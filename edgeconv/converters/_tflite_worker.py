@@ -381,17 +381,30 @@ def _convert(tf: Any, job_dir: Path, job: dict[str, Any], representative: Any) -
                                 int16_ops=job["int16_ops"], percentile=job["range_percentile"], data_key=_DATA_KEY)
         return model, None
     converter = _converter(tf, job_dir, job, representative)
+    key = json.dumps([_DATA_KEY, *(job[k] for k in ("mode", "input_type", "output_type", "per_channel"))])
     if not job["keep_float"]:
-        return bytes(converter.convert()), None
+        model = bytes(converter.convert())
+        _NAMES.clear()  # the op output names of this conversion, for keep_float jobs after it
+        _NAMES[key] = _op_output_names(model)
+        return model, None
     # Selective quantization: the ops whose output names match keep_float stay float
-    # (TF's QuantizationDebugger with denylisted nodes; names as in the quantized model).
-    denied = _keep_float_names(job, bytes(converter.convert()))
+    # (TF's QuantizationDebugger with denylisted nodes; names as in the quantized model). The names come
+    # from the same conversion without keep_float: the build's own when it was this one (a keep_float trial
+    # or repair), else converted here once for the keep_float jobs with these options (the trials of
+    # --suggest-keep-float, float in and out, share theirs).
+    names = _NAMES.get(key)
+    if names is None:
+        names = _NAMES[key] = _op_output_names(bytes(converter.convert()))
+    denied = matching("keep_float", job["keep_float"], names)
     options = tf.lite.experimental.QuantizationDebugOptions(denylisted_nodes=denied)
     debugger = tf.lite.experimental.QuantizationDebugger(converter=_converter(tf, job_dir, job, representative),
                                                          debug_dataset=representative, debug_options=options)
     return bytes(debugger.get_nondebug_quantized_model()), denied
 
 
+# The op output names of a conversion without keep_float, by its data and options (a conversion is
+# deterministic: the same job gives the same names); cleared by each conversion without keep_float.
+_NAMES: dict[str, list[str]] = {}
 _FLOAT: dict[str, bytes] = {}  # the float conversion of each SavedModel: the reference and AI Edge Quantizer's input
 
 
@@ -408,12 +421,6 @@ def _float_model(tf: Any, job_dir: Path, job: dict[str, Any], representative: An
         _FLOAT[key] = bytes(_converter(tf, job_dir, {**job, "mode": "none", "keep_float": []}, representative)
                             .convert())
     return _FLOAT[key]
-
-
-def _keep_float_names(job: dict[str, Any], model: bytes) -> list[str]:
-    """The op output names the keep_float patterns match in the quantized model; a pattern that matches
-    nothing is an error."""
-    return matching("keep_float", job["keep_float"], _op_output_names(model))
 
 
 def _op_output_names(model: bytes) -> list[str]:
