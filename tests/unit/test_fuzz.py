@@ -291,6 +291,19 @@ def test_a_deeply_nested_report_is_refused_with_its_path(tmp_path: Path, depth: 
                 else "not an edgeconv report (maximum recursion depth exceeded" in err)
 
 
+@pytest.mark.parametrize(("key", "spelled"), [("a b", "['a b']"), ("ok_key-1", ".ok_key-1"), ("1st", "['1st']")])
+def test_the_path_of_a_report_nested_too_deep_spells_each_member_as_json_does(key: str, spelled: str) -> None:
+    """A report from a pull request nested past the bound under a member that is no plain name: the path
+    spells it quoted and the lists by index (the depth walk keeps no paths of its own; it spells the one
+    too deep from the containers' parents). The console shows the path's end; the whole is this."""
+    from edgeconv.schema_check import depth_problem
+
+    report = {**REPORT, "extra": {key: json.loads("[" * 63 + "]" * 63)}}
+    assert depth_problem(report) == f"$.extra{spelled}{'[0]' * 62}: nested more than 64 levels deep"
+    report["extra"][key] = json.loads("[" * 62 + "]" * 62)  # the innermost list at the bound itself
+    assert depth_problem(report) is None
+
+
 @pytest.mark.parametrize(("model", "problem"), [
     ("batch_size: 4096", None),
     ("batch_size: 4097", "model.batch_size: must be <= 4096, got 4097"),
