@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -67,7 +66,7 @@ def source_chunk(model: TFLiteModel, batch: int, any_batch: bool) -> int:
     other size."""
     if not any_batch:
         return batch
-    per_sample = 4 * sum(abs(math.prod(t.shape)) for t in model.main.tensors if not t.constant) / max(batch, 1)
+    per_sample = 4 * sum(t.elements for t in model.main.tensors if not t.constant) / max(batch, 1)
     fits = int(SOURCE_BYTES // max(per_sample, 1.0))
     return max(1, min(fits, SOURCE_CHUNK) // batch) * batch
 
