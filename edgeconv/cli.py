@@ -242,9 +242,11 @@ def _build_single(path: Path, options: Any, *, quiet: bool) -> Any:
     """One pipeline, with its progress on stderr (not with -q), its errors and its result."""
     from .cache import location
     from .console import make_display
+    from .converters._fork_server import last_build
     from .many import build_one
 
-    outcome, result = build_one(path, options, None if quiet else make_display(sys.stderr))
+    with last_build():
+        outcome, result = build_one(path, options, None if quiet else make_display(sys.stderr))
     assert outcome is not None
     if outcome.crash_log is not None:
         _say_crash((outcome.error or "").removeprefix("internal error: "), outcome.crash_log)

@@ -2,11 +2,13 @@
 
 The converter runs in a child process (``_tflite_worker``, one per build: ``Worker``): on
 real models it can abort or segfault (Keras 3 LSTM to full int8 does in TF 2.21), and that
-must end as a clear error naming the stage, not as a dead tool.
+must end as a clear error naming the stage, not as a dead tool. The workers of a process's
+builds are forked from a template its first build forked (``_fork_server``).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import fcntl
@@ -31,6 +33,7 @@ from .._tf import quiet_tf_env
 from ..calibration.samples import Progress, SampleSet
 from ..errors import InternalError, ModelError
 from ..ir import FrozenGraph, source_layers
+from . import _fork_server
 from .tf_graph import save_serving_model
 
 if TYPE_CHECKING:
@@ -79,7 +82,7 @@ class Worker:
     worker. It lives in its own process group and dies with its parent, even on SIGKILL."""
 
     def __init__(self) -> None:
-        self._proc: subprocess.Popen[bytes] | _Forked | None = None
+        self._proc: subprocess.Popen[bytes] | _Forked | _fork_server.Served | None = None
         self._log: IO[bytes] | None = None
         self._events: queue.Queue[tuple[str, int]] = queue.Queue()
         self._progress: tuple[Progress | None, int] = (None, 0)
@@ -106,10 +109,17 @@ class Worker:
         # reads the log at.
         fcntl.fcntl(self._log.fileno(), fcntl.F_SETFL, fcntl.fcntl(self._log.fileno(), fcntl.F_GETFL) | os.O_APPEND)
         self._events = queue.Queue()
-        if can_fork():
+        template = _template()
+        if template is not None:
+            self._froze, template.froze = self._froze or template.froze, False  # the build that made it lifts it
+            try:
+                self._proc = template.worker(self._log.fileno(), write_fd)
+            except OSError as exc:  # the template died: this worker, and every later one, is a new interpreter
+                _log.debug("the converter's template process is gone (%s)", exc)
+        if self._proc is None and can_fork():  # no template (no pidfds): this process forked
             self._proc = _Forked.start(self._log.fileno(), write_fd)
             self._froze = self._froze or self._proc.froze
-        else:
+        elif self._proc is None:
             isolated_path(env)
             self._proc = subprocess.Popen([sys.executable, "-P", "-m", WORKER, "--serve", str(write_fd)],
                                           stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT, env=env,
@@ -305,30 +315,8 @@ class _Forked:
         gc.freeze()
         pid = os.fork()
         if pid == 0:  # the worker: never returns into the build
-            code = 1
-            try:
-                os.setsid()
-                _die_with_parent()
-                _name_process(b"edgeconv-worker")
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    signal.signal(sig, signal.SIG_DFL)
-                os.close(jobs_write)
-                os.dup2(jobs_read, 0)
-                os.dup2(log_fd, 1)
-                os.dup2(log_fd, 2)
-                sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own stdin
-                sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-                sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-                logging.getLogger("edgeconv").handlers.clear()  # the build's console is not the worker's
-                from . import _tflite_worker
-
-                code = _tflite_worker.serve(message_fd)
-            except BaseException:
-                import traceback
-
-                traceback.print_exc()
-            finally:
-                os._exit(code)
+            os.close(jobs_write)
+            _become_worker(jobs_read, log_fd, message_fd)
         os.close(jobs_read)
         return cls(pid, os.fdopen(jobs_write, "wb"), froze)
 
@@ -347,6 +335,62 @@ class _Forked:
     def kill(self) -> None:
         if self.returncode is None:
             os.kill(self.pid, signal.SIGKILL)
+
+
+def _become_worker(jobs_fd: int, log_fd: int, message_fd: int) -> None:
+    """In a process forked after TensorFlow's import: become the converter worker, reading job folders from
+    ``jobs_fd``, writing its output to ``log_fd`` and its messages to ``message_fd``; never returns."""
+    code = 1
+    try:
+        os.setsid()
+        _die_with_parent()
+        _name_process(b"edgeconv-worker")
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+        os.dup2(jobs_fd, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        for fd in {jobs_fd, log_fd} - {0, 1, 2}:
+            os.close(fd)
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own stdin
+        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+        logging.getLogger("edgeconv").handlers.clear()  # the build's console is not the worker's
+        from . import _tflite_worker
+
+        code = _tflite_worker.serve(message_fd)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _template() -> _fork_server.ForkServer | None:
+    """The template the workers of this process's builds are forked from (see ``_fork_server``): made by
+    the first build that can fork, used by every later one; None where there is none (no fork possible, or
+    ``EDGECONV_WORKER=spawn``)."""
+    global _TEMPLATE
+    if os.environ.get("EDGECONV_WORKER", "fork") == "spawn" or _fork_server.last_build_running():
+        return None
+    if _TEMPLATE is not None:
+        if _TEMPLATE.usable():
+            return _TEMPLATE
+        _TEMPLATE = None  # gone, or this process's parent's (a process ``build -j`` forked)
+    if not can_fork() or not _fork_server.supported():
+        return None
+    _TEMPLATE = _fork_server.ForkServer.start(_become_worker, _prepare_template)
+    atexit.register(_TEMPLATE.close)
+    return _TEMPLATE
+
+
+def _prepare_template() -> None:
+    _die_with_parent()
+    _name_process(b"edgeconv-forker")
+
+
+_TEMPLATE: _fork_server.ForkServer | None = None
 
 
 def _name_process(name: bytes) -> None:
@@ -376,7 +420,7 @@ def isolated_path(env: dict[str, str]) -> None:
     env["PYTHONPATH"] = os.pathsep.join([home, *filter(None, [env.get("PYTHONPATH")])])
 
 
-def _kill_group(proc: subprocess.Popen[bytes] | _Forked) -> None:
+def _kill_group(proc: subprocess.Popen[bytes] | _Forked | _fork_server.Served) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

@@ -282,19 +282,20 @@ def test_the_worker_runs_numpys_blas_on_one_thread(tmp_path: Path) -> None:
 FREEZE_PROBE = """
 import gc, os, sys
 import tensorflow  # imported, its runtime not started: the build's state when it forks the worker
-from edgeconv.converters.tflite_export import Worker, _Forked
+from edgeconv.converters._fork_server import Served
+from edgeconv.converters.tflite_export import Worker
 with Worker() as worker:
     worker.start()
-    assert isinstance(worker._proc, _Forked), worker._proc
+    assert isinstance(worker._proc, Served), worker._proc  # forked by the template this process forked
     during = gc.get_freeze_count()
 print(during, gc.get_freeze_count())
 """
 
 
 def test_a_forked_worker_shares_the_builds_objects_until_it_ends(tmp_path: Path) -> None:
-    """Forking the worker moves every object the build has (TensorFlow's modules) out of the collector's
-    reach, so neither process's full collection copies the shared pages; the build's end (leaving the
-    Worker's with block) lifts it."""
+    """Forking the worker's template moves every object the build has (TensorFlow's modules) out of the
+    collector's reach, so no process's full collection copies the shared pages; the build's end (leaving the
+    Worker's with block) lifts it in the build process."""
     import subprocess
     import sys
 
@@ -451,3 +452,85 @@ def test_the_command_leaves_tensorflows_objects_out_of_its_exit_collections(
     if command == "build":
         assert (tmp_path / "out0" / "tiny.tflite").read_bytes() == plain.tflite_path.read_bytes()
         assert json.loads((tmp_path / "out0" / "report.json").read_text())["gate"]["verdict"] == "pass"
+
+
+# -- the workers of later builds: forked from the template the first build forked --------------------------
+
+TEMPLATE_PROBE = """
+import json, os, select, signal, sys
+import edgeconv
+from edgeconv.converters import tflite_export
+from edgeconv.converters.tflite_export import Worker
+
+def proc(pid, name):
+    try:
+        return open(f"/proc/{pid}/{name}", "rb").read()
+    except OSError:
+        return b""
+
+def ppid(pid):
+    return int(proc(pid, "stat").rsplit(b")", 1)[1].split()[1])
+
+seen = {}
+run = Worker.run
+def running(self, *args, **kwargs):  # each worker after its first job: name, parent, whether an interpreter
+    done = run(self, *args, **kwargs)
+    pid = self._proc.pid
+    seen.setdefault(pid, [pid, proc(pid, "comm").decode().strip(), ppid(pid),
+                          b"-m" in proc(pid, "cmdline").split(b"\\0")])
+    return done
+Worker.run = running
+
+held_r, held_w = os.pipe()  # a pipe this program opened before its first build
+found = {"bytes": []}
+for out in ("a", "b", "c"):
+    found["bytes"].append(edgeconv.build("pipeline.yaml", out=out).tflite_path.read_bytes().hex())
+    found.setdefault("workers", []).extend(seen.values())
+    seen.clear()
+template = tflite_export._TEMPLATE
+found["template"] = [template.pid, proc(template.pid, "comm").decode().strip(), ppid(template.pid)]
+os.close(held_w)
+found["pipe_ends"] = bool(select.select([held_r], [], [], 10)[0]) and os.read(held_r, 1) == b""
+with Worker() as worker:  # a worker's end, as the template saw it
+    worker.start()
+    os.kill(worker._proc.pid, signal.SIGSEGV)
+    found["crash"] = worker._proc.wait()
+child = os.fork()  # as `build -j` forks its processes: the template is not the child's to use
+if child == 0:
+    os._exit(0 if not template.usable() else 1)
+found["child_ignores_it"] = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
+os.kill(template.pid, signal.SIGKILL)  # the template dies: the next build's worker is a new interpreter
+seen.clear()
+found["bytes"].append(edgeconv.build("pipeline.yaml", out="d").tflite_path.read_bytes().hex())
+found["after_death"] = list(seen.values())
+print(json.dumps(found))
+"""
+
+
+def test_later_builds_fork_their_workers_from_the_first_builds_template(tmp_path: Path) -> None:
+    """A program building several times (``edgeconv.build`` in a loop) imports TensorFlow once: the first build
+    forks a template (TensorFlow imported, its runtime not started), and every build's worker is forked from
+    it, not started as a new interpreter importing TensorFlow again (5-6 s of CPU a build). Each worker is
+    still a process of its own per build; the bytes are the same; a worker's crash is told by its signal;
+    the template holds no pipe of the program's, is not used by a process forked from the program, and when
+    it dies the next worker is a new interpreter. It ends with the program."""
+    import subprocess
+    import sys
+
+    _project(tmp_path, culprits=0)
+    done = subprocess.run([sys.executable, "-c", TEMPLATE_PROBE], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    template, program = found["template"][0], found["template"][2]
+    assert found["template"][1] == "edgeconv-forker"
+    assert len(found["workers"]) == 3 and len({pid for pid, *_ in found["workers"]}) == 3
+    assert [w[1:] for w in found["workers"]] == [["edgeconv-worker", template, False]] * 3
+    assert program != template
+    assert len(set(found["bytes"])) == 1
+    assert found["pipe_ends"] is True
+    assert found["crash"] == -signal.SIGSEGV
+    assert found["child_ignores_it"] is True
+    ((_, _, parent, interpreter),) = found["after_death"]
+    assert interpreter is True and parent == program
+    assert not Path(f"/proc/{template}").exists()

@@ -87,6 +87,8 @@ def _build_until_the_worker_runs(project: Path, mode: str) -> tuple[subprocess.P
         if workers:
             forked = [Path(f"/proc/{w}/comm").read_bytes().strip() == b"edgeconv-worker" for w in workers]
             assert forked == [mode == "fork"] * len(workers)
+            # One pipeline, the process's last build: its worker is the build forked, no template in between.
+            assert [_parents().get(w) for w in workers] == [proc.pid] * len(workers)
             return proc, workers
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.05)
