@@ -5,6 +5,7 @@ Public API::
     result = edgeconv.build("pipeline.yaml")        # BuildResult; result.passed
     checked = edgeconv.check("model.tflite", ["generic-int8"])
     config = edgeconv.load_pipeline("pipeline.yaml")  # validation only, no TensorFlow
+    edgeconv.prepare_builds()  # before a program starts TensorFlow's runtime: its builds' workers forked
 
 TensorFlow is imported only by the build stages that need it.
 """
@@ -23,6 +24,7 @@ from ._version import __version__
 if TYPE_CHECKING:
     from .checking import check
     from .config import PipelineConfig, load_pipeline
+    from .converters.tflite_export import prepare_builds
     from .errors import ConfigError, DataError, EdgeconvError, InternalError, ModelError, ModelFileError, OutputError
     from .pipeline import build
     from .results import BuildResult, CheckResult
@@ -30,11 +32,13 @@ if TYPE_CHECKING:
 __all__ = [
     "BuildResult", "CheckResult", "ConfigError", "DataError", "EdgeconvError", "InternalError", "ModelError",
     "ModelFileError", "OutputError", "PipelineConfig", "__version__", "build", "check", "load_pipeline",
+    "prepare_builds",
 ]
 # Where each public name lives. They are imported on first use, so ``edgeconv --help`` (which imports
 # this package) loads neither numpy nor YAML.
 _HOMES = {"PipelineConfig": "config", "load_pipeline": "config", "BuildResult": "results", "CheckResult": "results",
-          "build": "pipeline", "check": "checking", **{n: "errors" for n in __all__ if n.endswith("Error")}}
+          "build": "pipeline", "check": "checking", "prepare_builds": "converters.tflite_export",
+          **{n: "errors" for n in __all__ if n.endswith("Error")}}
 
 
 def __getattr__(name: str) -> Any:

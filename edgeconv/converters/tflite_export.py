@@ -385,6 +385,19 @@ def _template() -> _fork_server.ForkServer | None:
     return _TEMPLATE
 
 
+def prepare_builds() -> bool:
+    """Import TensorFlow and fork the converter workers' template now: for a program that calls
+    ``edgeconv.build`` several times and starts TensorFlow's runtime itself first (building or running a
+    Keras model does), after which no worker can be forked from it and each build's would be a new
+    interpreter importing TensorFlow again. True when a template runs; False where workers cannot be forked
+    (not Linux, no pidfds, TensorFlow's runtime already started, another thread running,
+    ``EDGECONV_WORKER=spawn``)."""
+    from .._tf import import_tf
+
+    import_tf()
+    return _template() is not None
+
+
 def _prepare_template() -> None:
     _die_with_parent()
     _name_process(b"edgeconv-forker")

@@ -482,7 +482,7 @@ def running(self, *args, **kwargs):  # each worker after its first job: name, pa
 Worker.run = running
 
 held_r, held_w = os.pipe()  # a pipe this program opened before its first build
-found = {"bytes": []}
+found = {"bytes": [], "prepared": edgeconv.prepare_builds()}
 for out in ("a", "b", "c"):
     found["bytes"].append(edgeconv.build("pipeline.yaml", out=out).tflite_path.read_bytes().hex())
     found.setdefault("workers", []).extend(seen.values())
@@ -503,6 +503,7 @@ os.kill(template.pid, signal.SIGKILL)  # the template dies: the next build's wor
 seen.clear()
 found["bytes"].append(edgeconv.build("pipeline.yaml", out="d").tflite_path.read_bytes().hex())
 found["after_death"] = list(seen.values())
+found["prepared_late"] = edgeconv.prepare_builds()  # TensorFlow's runtime runs here now: no template to make
 print(json.dumps(found))
 """
 
@@ -513,7 +514,8 @@ def test_later_builds_fork_their_workers_from_the_first_builds_template(tmp_path
     it, not started as a new interpreter importing TensorFlow again (5-6 s of CPU a build). Each worker is
     still a process of its own per build; the bytes are the same; a worker's crash is told by its signal;
     the template holds no pipe of the program's, is not used by a process forked from the program, and when
-    it dies the next worker is a new interpreter. It ends with the program."""
+    it dies the next worker is a new interpreter. It ends with the program. ``edgeconv.prepare_builds()`` makes
+    it before the program's own TensorFlow work, and says when it cannot."""
     import subprocess
     import sys
 
@@ -524,6 +526,7 @@ def test_later_builds_fork_their_workers_from_the_first_builds_template(tmp_path
     found = json.loads(done.stdout.splitlines()[-1])
     template, program = found["template"][0], found["template"][2]
     assert found["template"][1] == "edgeconv-forker"
+    assert (found["prepared"], found["prepared_late"]) == (True, False)
     assert len(found["workers"]) == 3 and len({pid for pid, *_ in found["workers"]}) == 3
     assert [w[1:] for w in found["workers"]] == [["edgeconv-worker", template, False]] * 3
     assert program != template
