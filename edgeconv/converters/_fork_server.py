@@ -35,8 +35,9 @@ _LAST_BUILD = False  # while the process's last build runs (see :func:`last_buil
 
 @contextlib.contextmanager
 def last_build() -> Iterator[None]:
-    """The build inside is the last of this process (``edgeconv build`` of one pipeline): no template, its
-    worker is this process forked, as no later build would use one. A template holds 20-25 MiB of pages
+    """The build inside is the last of this process (``edgeconv build`` of one pipeline): it makes no
+    template (one made earlier still serves it), its worker is this process forked, as no later build
+    would use one. A template holds 20-25 MiB of pages
     of its own once the build writes to what they shared (bench_build's peak PSS of the example and of
     MobileNetV2 0.35)."""
     global _LAST_BUILD

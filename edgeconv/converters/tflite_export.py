@@ -369,17 +369,17 @@ def _become_worker(jobs_fd: int, log_fd: int, message_fd: int) -> None:
 
 def _template() -> _fork_server.ForkServer | None:
     """The template the workers of this process's builds are forked from (see ``_fork_server``): made by
-    the first build that can fork, used by every later one; None where there is none (no fork possible, or
-    ``EDGECONV_WORKER=spawn``)."""
+    the first build that can fork (unless it is the process's last), used by every later one; None where
+    there is none (no fork possible, or ``EDGECONV_WORKER=spawn``)."""
     global _TEMPLATE
-    if os.environ.get("EDGECONV_WORKER", "fork") == "spawn" or _fork_server.last_build_running():
+    if os.environ.get("EDGECONV_WORKER", "fork") == "spawn":
         return None
     if _TEMPLATE is not None:
         if _TEMPLATE.usable():
             return _TEMPLATE
         _TEMPLATE = None  # gone, or this process's parent's (a process ``build -j`` forked)
-    if not can_fork() or not _fork_server.supported():
-        return None
+    if _fork_server.last_build_running() or not can_fork() or not _fork_server.supported():
+        return None  # the process's last build makes none: its worker is this process forked
     _TEMPLATE = _fork_server.ForkServer.start(_become_worker, _prepare_template)
     atexit.register(_TEMPLATE.close)
     return _TEMPLATE
