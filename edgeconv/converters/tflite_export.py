@@ -101,6 +101,7 @@ class Worker:
         if self._proc is not None and self._proc.poll() is None:
             return
         self.close()
+        template = _template()  # first: made before this worker's pipe and log, which it must not hold
         env = dict(os.environ)
         quiet_tf_env(env)
         read_fd, write_fd = os.pipe()
@@ -109,7 +110,6 @@ class Worker:
         # reads the log at.
         fcntl.fcntl(self._log.fileno(), fcntl.F_SETFL, fcntl.fcntl(self._log.fileno(), fcntl.F_GETFL) | os.O_APPEND)
         self._events = queue.Queue()
-        template = _template()
         if template is not None:
             self._froze, template.froze = self._froze or template.froze, False  # the build that made it lifts it
             try:
