@@ -304,16 +304,9 @@ class _Forked:
     @classmethod
     def start(cls, log_fd: int, message_fd: int) -> _Forked:
         jobs_read, jobs_write = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        # Every object so far (after the TensorFlow import: about 330,000) out of the collector's reach, in
-        # both processes: a full collection writes to each object's header, which copies every shared page
-        # into whichever process collects. The converter collects once per conversion: 0.2-0.3 s each, and
-        # 60-70 MiB more PSS for the build's process tree on the example and a TF1 graph (bench_build). The
-        # build lifts it when it ends (Worker.__exit__), unless the program had frozen its objects itself.
-        froze = gc.get_freeze_count() == 0
-        gc.freeze()
-        pid = os.fork()
+        # Every object so far (after the TensorFlow import: about 330,000) frozen; the build lifts it when it
+        # ends (Worker.__exit__).
+        pid, froze = _fork_server.frozen_fork()
         if pid == 0:  # the worker: never returns into the build
             os.close(jobs_write)
             _become_worker(jobs_read, log_fd, message_fd)
@@ -356,6 +349,9 @@ def _become_worker(jobs_fd: int, log_fd: int, message_fd: int) -> None:
         sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
         logging.getLogger("edgeconv").handlers.clear()  # the build's console is not the worker's
+        import faulthandler
+
+        faulthandler.enable(file=sys.stderr)  # a crash's Python stack in the worker's log, not on the build's stderr
         from . import _tflite_worker
 
         code = _tflite_worker.serve(message_fd)
