@@ -59,8 +59,6 @@ _FDS = 3  # the worker's jobs pipe (read end), its log, its message pipe (write 
 class Served:
     """A worker the template forked: what of ``subprocess.Popen`` the Worker uses."""
 
-    froze = False  # the objects it shares were frozen once, when the template was made
-
     def __init__(self, server: ForkServer, pid: int, stdin: IO[bytes]) -> None:
         self._server, self.pid, self.stdin = server, pid, stdin
         self.returncode: int | None = None
@@ -85,13 +83,13 @@ class Served:
 class ForkServer:
     """The template process, seen from the build process that forked it."""
 
-    def __init__(self, pid: int, sock: socket.socket) -> None:
+    def __init__(self, pid: int, sock: socket.socket, froze: bool) -> None:
         self.pid, self._sock = pid, sock
+        self.froze = froze  # it froze the build's objects: the first build it serves lifts that when it ends
         self._owner = os.getpid()  # a process forked from this one (``build -j``) has no use of it
         self._exited: dict[int, int] = {}
         self._forked: list[int] = []
         self._lock = threading.Lock()
-        self.froze = False
 
     @classmethod
     def start(cls, become_worker: Callable[[int, int, int], None], prepare: Callable[[], None]) -> ForkServer:
@@ -118,9 +116,7 @@ class ForkServer:
             finally:
                 os._exit(code)
         theirs.close()
-        server = cls(pid, ours)
-        server.froze = froze
-        return server
+        return cls(pid, ours, froze)
 
     def usable(self) -> bool:
         """Whether this process may ask the template for workers (it made it, and it runs)."""
