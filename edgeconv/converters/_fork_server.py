@@ -2,7 +2,7 @@
 
 A worker can be the build process forked only while TensorFlow's runtime has not started there (see
 ``tflite_export.can_fork``): true for a process's first build, false for every later one, which then
-started its worker as a new interpreter importing TensorFlow again (5-6 s of CPU for each build after
+started its worker as a new interpreter importing TensorFlow again (about 7 s of CPU for each build after
 the first, in a program or a test session calling ``edgeconv.build`` in a loop). So the first build forks
 a template instead: a process holding TensorFlow imported, no runtime, no thread and nothing of any
 model, which lives as long as the build process and forks each worker on request, for this build and

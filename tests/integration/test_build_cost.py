@@ -516,7 +516,7 @@ print(json.dumps(found))
 def test_later_builds_fork_their_workers_from_the_first_builds_template(tmp_path: Path) -> None:
     """A program building several times (``edgeconv.build`` in a loop) imports TensorFlow once: the first build
     forks a template (TensorFlow imported, its runtime not started), and every build's worker is forked from
-    it, not started as a new interpreter importing TensorFlow again (5-6 s of CPU a build). Each worker is
+    it, not started as a new interpreter importing TensorFlow again (about 7 s of CPU a build). Each worker is
     still a process of its own per build; the bytes are the same; a worker's crash is told by its signal;
     the template holds no pipe of the program's, is not used by a process forked from the program, and when
     it dies the next worker is a new interpreter. It ends with the program. ``edgeconv.prepare_builds()`` makes
