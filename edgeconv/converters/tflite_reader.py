@@ -1,10 +1,12 @@
-"""Read a .tflite file without TensorFlow: flatbuffers and the TFLite schema only.
+"""Read a .tflite file without TensorFlow, flatbuffers or NumPy: ``struct`` over the file's bytes, and the
+TFLite schema as data (:mod:`.tflite_schema`, generated from flatc's Python output).
 
 The result is plain data: subgraphs, ops in execution order (type, version,
 custom code, decoded builtin options), tensors (dtype, shape, shape signature,
 quantization, whether they hold constant data). Every index in the file is
 checked, so a truncated or corrupt file is a clear :class:`ModelFileError`,
-never a crash in a later stage.
+never a crash in a later stage. tests/unit/test_reader.py reads models both ways
+(this walk and flatc's generated reader) and requires the same result.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import dataclasses
 import enum
 import functools
 import hashlib
-import re
+import math
 import struct
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,13 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_import
 from ..errors import ModelFileError, rel
+from . import tflite_schema as fbs
 
 if TYPE_CHECKING:
     import numpy as np
-    from ai_edge_litert import schema_py_generated as schema
-else:  # imported when a file is read: validating a target needs only the op names
+else:  # imported only for a constant tensor's values as an array (the checks read them without it)
     np = lazy_import("numpy")
-    schema = lazy_import("ai_edge_litert.schema_py_generated")
 
 
 class TensorType(enum.Enum):
@@ -69,32 +70,12 @@ _NUMPY_TYPES = {TensorType.FLOAT32: "float32", TensorType.FLOAT16: "float16", Te
                 TensorType.UINT64: "uint64", TensorType.UINT32: "uint32", TensorType.UINT16: "uint16"}
 
 
-@dataclasses.dataclass(frozen=True)
-class _Codes:
-    """The schema's enum codes by value, read from the schema on the first file parsed."""
-
-    types: dict[int, TensorType]
-    ops: dict[int, str]
-    options: dict[int, str]
-    activations: dict[int, str]
-    paddings: dict[int, str]
-    weights_formats: dict[int, str]
-
-
-@functools.cache
-def _codes() -> _Codes:
-    def names(enum_class: Any) -> dict[int, str]:
-        return {code: name for name, code in vars(enum_class).items() if not name.startswith("_")}
-
-    return _Codes(
-        types={code: TensorType[name] for code, name in names(schema.TensorType).items()
-               if name in TensorType.__members__},
-        ops=names(schema.BuiltinOperator), options=names(schema.BuiltinOptions),
-        activations=names(schema.ActivationFunctionType), paddings=names(schema.Padding),
-        weights_formats=names(schema.FullyConnectedOptionsWeightsFormat))
-
-
-_CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+_TYPES = {code: TensorType[name] for code, name in fbs.TENSOR_TYPE.items() if name in TensorType.__members__}
+_OPTION_ENUMS = {"padding": fbs.PADDING, "weights_format": fbs.FULLY_CONNECTED_OPTIONS_WEIGHTS_FORMAT}
+# struct formats of the constant tensors a check reads without NumPy
+_STRUCT_TYPES = {TensorType.FLOAT32: "f", TensorType.FLOAT16: "e", TensorType.INT32: "i", TensorType.UINT8: "B",
+                 TensorType.INT64: "q", TensorType.BOOL: "?", TensorType.INT16: "h", TensorType.INT8: "b",
+                 TensorType.FLOAT64: "d", TensorType.UINT64: "Q", TensorType.UINT32: "I", TensorType.UINT16: "H"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,7 +115,7 @@ class TensorInfo:
 
     @property
     def elements(self) -> int:
-        return int(np.prod(self.shape)) if self.shape else 1
+        return math.prod(self.shape)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,13 +210,33 @@ class TFLiteModel:
 
     def constant(self, tensor: TensorInfo | None) -> np.ndarray | None:
         """The value of a constant tensor, or None when it is not constant (or not readable here)."""
+        if self._located(tensor) is None:
+            return None
+        assert tensor is not None
+        offset = self.buffers[tensor.buffer][0]
+        return np.frombuffer(self.data, dtype=_NUMPY_TYPES[tensor.dtype], count=tensor.elements,
+                             offset=offset).reshape(tensor.shape)
+
+    def constant_values(self, tensor: TensorInfo | None) -> tuple[Any, ...] | None:
+        """A constant tensor's values, flattened, as Python numbers (no NumPy: what a check reads of a small
+        constant such as axes, paddings or strides); None as for :meth:`constant`."""
+        fmt = self._located(tensor)
+        if fmt is None:
+            return None
+        assert tensor is not None
+        return struct.unpack_from(f"<{tensor.elements}{fmt}", self.data, self.buffers[tensor.buffer][0])
+
+    def _located(self, tensor: TensorInfo | None) -> str | None:
+        """The struct format of a constant tensor whose buffer holds exactly its elements, else None."""
         if tensor is None or not tensor.constant or tensor.buffer >= len(self.buffers):
             return None
-        dtype = _NUMPY_TYPES.get(tensor.dtype)
-        offset, size = self.buffers[tensor.buffer]
-        if dtype is None or size != tensor.elements * np.dtype(dtype).itemsize:
+        fmt = _STRUCT_TYPES.get(tensor.dtype)
+        if fmt is None:
             return None
-        return np.frombuffer(self.data, dtype=dtype, count=tensor.elements, offset=offset).reshape(tensor.shape)
+        offset, size = self.buffers[tensor.buffer]
+        if size != tensor.elements * struct.calcsize(fmt) or offset + size > len(self.data):
+            return None
+        return fmt
 
 
 def read_tflite(path: str | Path) -> TFLiteModel:
@@ -266,55 +267,129 @@ def _text(raw: bytes | None) -> str:
     return raw.decode("utf-8", "replace") if raw else ""
 
 
-def _ints(length: int, as_numpy: Any) -> tuple[int, ...]:
-    return tuple(int(v) for v in as_numpy()) if length else ()
+_U32 = struct.Struct("<I")
+_I32 = struct.Struct("<i")
+_U16 = struct.Struct("<H")
+_FIELDS = {table: {f[0]: f for f in fields} for table, fields in fbs.TABLES.items()}
+
+
+def _u32(data: bytes, pos: int) -> int:
+    if pos < 0:
+        raise ValueError(f"offset {pos} before the start of the file")
+    return int(_U32.unpack_from(data, pos)[0])
+
+
+class _Table:
+    """One flatbuffer table: ``data[pos:]`` read as the schema's table ``kind`` (field by name)."""
+
+    __slots__ = ("data", "fields", "pos", "vtable", "vtable_size")
+
+    def __init__(self, data: bytes, pos: int, kind: str) -> None:
+        if pos < 0:
+            raise ValueError(f"table at offset {pos}")
+        self.data, self.pos, self.fields = data, pos, _FIELDS[kind]
+        self.vtable = pos - int(_I32.unpack_from(data, pos)[0])
+        if self.vtable < 0:
+            raise ValueError(f"vtable at offset {self.vtable}")
+        self.vtable_size = int(_U16.unpack_from(data, self.vtable)[0])
+
+    def _at(self, name: str) -> int:
+        """Where field ``name`` is, or 0 when the table leaves it out (its default)."""
+        voffset = self.fields[name][1]
+        if voffset >= self.vtable_size:
+            return 0
+        offset = int(_U16.unpack_from(self.data, self.vtable + voffset)[0])
+        return self.pos + offset if offset else 0
+
+    def scalar(self, name: str) -> Any:
+        field = self.fields[name]
+        at = self._at(name)
+        return struct.unpack_from("<" + field[3], self.data, at)[0] if at else field[4]
+
+    def string(self, name: str) -> bytes | None:
+        at = self._at(name)
+        if not at:
+            return None
+        start = at + _u32(self.data, at)
+        length = _u32(self.data, start)
+        if start + 4 + length > len(self.data):
+            raise ValueError(f"string {name!r} runs past the end of the file")
+        return self.data[start + 4:start + 4 + length]
+
+    def vector(self, name: str) -> tuple[int, int] | None:
+        """(start, length) of vector field ``name``, or None when it is left out."""
+        at = self._at(name)
+        if not at:
+            return None
+        start = at + _u32(self.data, at)
+        return start + 4, _u32(self.data, start)
+
+    def numbers(self, name: str) -> tuple[Any, ...] | None:
+        where = self.vector(name)
+        if where is None:
+            return None
+        return struct.unpack_from(f"<{where[1]}{self.fields[name][3]}", self.data, where[0])
+
+    def table(self, name: str, kind: str) -> _Table | None:
+        at = self._at(name)
+        return _Table(self.data, at + _u32(self.data, at), kind) if at else None
+
+    def tables(self, name: str, kind: str) -> list[_Table]:
+        where = self.vector(name)
+        if where is None:
+            return []
+        start, length = where
+        if start + 4 * length > len(self.data):
+            raise ValueError(f"vector {name!r} of {length} tables runs past the end of the file")
+        return [_Table(self.data, start + 4 * i + _u32(self.data, start + 4 * i), kind) for i in range(length)]
+
+
+def _ints(table: _Table, name: str) -> tuple[int, ...]:
+    return table.numbers(name) or ()
 
 
 def _parse(data: bytes, shown: str) -> TFLiteModel:
-    model = schema.Model.GetRootAsModel(data, 0)
+    model = _Table(data, _u32(data, 0), "Model")
     bad = _Checker(shown)
-    n_buffers = model.BuffersLength()
     buffers: list[tuple[int, int]] = []
-    for b in range(n_buffers):
-        buf = model.Buffers(b)
-        if buf.Offset() > 1:  # large models keep data after the flatbuffer
-            bad.require(buf.Offset() + buf.Size() <= len(data), f"buffer {b} points past the end of the file")
-            buffers.append((int(buf.Offset()), int(buf.Size())))
+    for b, buf in enumerate(model.tables("buffers", "Buffer")):
+        offset = buf.scalar("offset")
+        if offset > 1:  # large models keep data after the flatbuffer
+            size = buf.scalar("size")
+            bad.require(offset + size <= len(data), f"buffer {b} points past the end of the file")
+            buffers.append((int(offset), int(size)))
         else:
-            field = buf._tab.Offset(4)  # the `data` vector of the Buffer table
-            start = buf._tab.Vector(field) if field else 0
-            bad.require(start + buf.DataLength() <= len(data), f"buffer {b} points past the end of the file")
-            buffers.append((int(start), int(buf.DataLength())))
+            start, length = buf.vector("data") or (0, 0)
+            bad.require(start + length <= len(data), f"buffer {b} points past the end of the file")
+            buffers.append((start, length))
     buffer_sizes = [size for _, size in buffers]
-    codes = _codes()
     opcodes = []
-    for i in range(model.OperatorCodesLength()):
-        oc = model.OperatorCodes(i)
-        code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
-        bad.require(code in codes.ops, f"operator code {i} has unknown builtin code {code}")
-        custom = _text(oc.CustomCode()) if codes.ops[code] == "CUSTOM" else None
-        opcodes.append((codes.ops[code], int(oc.Version()), custom))
-    bad.require(model.SubgraphsLength() > 0, "the model has no subgraphs")
-    subgraphs = tuple(_subgraph(model, s, opcodes, buffer_sizes, bad) for s in range(model.SubgraphsLength()))
+    for i, oc in enumerate(model.tables("operator_codes", "OperatorCode")):
+        code = max(oc.scalar("builtin_code"), oc.scalar("deprecated_builtin_code"))
+        bad.require(code in fbs.BUILTIN_OPERATOR, f"operator code {i} has unknown builtin code {code}")
+        custom = _text(oc.string("custom_code")) if fbs.BUILTIN_OPERATOR[code] == "CUSTOM" else None
+        opcodes.append((fbs.BUILTIN_OPERATOR[code], int(oc.scalar("version")), custom))
+    tables = model.tables("subgraphs", "SubGraph")
+    bad.require(len(tables) > 0, "the model has no subgraphs")
+    subgraphs = tuple(_subgraph(sg, s, opcodes, buffer_sizes, bad) for s, sg in enumerate(tables))
     signatures = []
-    for i in range(model.SignatureDefsLength()):
-        sig = model.SignatureDefs(i)
-        sg_index = int(sig.SubgraphIndex())
+    for i, sig in enumerate(model.tables("signature_defs", "SignatureDef")):
+        sg_index = int(sig.scalar("subgraph_index"))
         bad.require(sg_index < len(subgraphs), f"signature {i} names missing subgraph {sg_index}")
         n_tensors = len(subgraphs[sg_index].tensors)
-
         maps = []
-        for length, get in ((sig.InputsLength(), sig.Inputs), (sig.OutputsLength(), sig.Outputs)):
+        for side in ("inputs", "outputs"):
             names = {}
-            for j in range(length):
-                tm = get(j)
-                bad.require(0 <= tm.TensorIndex() < n_tensors, f"signature {i} names missing tensor")
-                names[_text(tm.Name())] = int(tm.TensorIndex())
+            for tm in sig.tables(side, "TensorMap"):
+                index = int(tm.scalar("tensor_index"))
+                bad.require(0 <= index < n_tensors, f"signature {i} names missing tensor")
+                names[_text(tm.string("name"))] = index
             maps.append(names)
-        signatures.append(Signature(_text(sig.SignatureKey()), sg_index, maps[0], maps[1]))
-    metadata = tuple(_text(model.Metadata(i).Name()) for i in range(model.MetadataLength()))
-    return TFLiteModel(shown, hashlib.sha256(data).hexdigest(), len(data), int(model.Version()),
-                       _text(model.Description()), subgraphs, tuple(signatures), metadata, tuple(buffers), data)
+        signatures.append(Signature(_text(sig.string("signature_key")), sg_index, maps[0], maps[1]))
+    metadata = tuple(_text(m.string("name")) for m in model.tables("metadata", "Metadata"))
+    return TFLiteModel(shown, hashlib.sha256(data).hexdigest(), len(data), int(model.scalar("version")),
+                       _text(model.string("description")), subgraphs, tuple(signatures), metadata, tuple(buffers),
+                       data)
 
 
 class _Checker:
@@ -326,33 +401,29 @@ class _Checker:
             raise ModelFileError(f"{self.shown}: invalid TFLite model: {problem}")
 
 
-def _subgraph(model: Any, s: int, opcodes: list[tuple[str, int, str | None]], buffer_sizes: list[int],
+def _subgraph(sg: _Table, s: int, opcodes: list[tuple[str, int, str | None]], buffer_sizes: list[int],
               bad: _Checker) -> SubgraphInfo:
-    sg = model.Subgraphs(s)
-    codes = _codes()
     tensors = []
-    for t in range(sg.TensorsLength()):
-        tensor = sg.Tensors(t)
-        buf = int(tensor.Buffer())
+    for t, tensor in enumerate(sg.tables("tensors", "Tensor")):
+        buf = int(tensor.scalar("buffer"))
         bad.require(0 <= buf < len(buffer_sizes),
                     f"tensor {t} of subgraph {s} uses buffer {buf}, but the model has {len(buffer_sizes)} buffers")
-        code = int(tensor.Type())
-        bad.require(code in codes.types, f"tensor {t} of subgraph {s} has unknown type {code}")
-        shape = _ints(tensor.ShapeLength(), tensor.ShapeAsNumpy)
-        signature = _ints(tensor.ShapeSignatureLength(), tensor.ShapeSignatureAsNumpy) or shape
-        q = tensor.Quantization()
+        code = int(tensor.scalar("type"))
+        bad.require(code in _TYPES, f"tensor {t} of subgraph {s} has unknown type {code}")
+        shape = _ints(tensor, "shape")
+        signature = _ints(tensor, "shape_signature") or shape
+        q = tensor.table("quantization", "QuantizationParameters")
         quant = None
-        if q is not None and q.ScaleLength():
-            zps = _ints(q.ZeroPointLength(), q.ZeroPointAsNumpy)
-            scales = tuple(float(v) for v in q.ScaleAsNumpy())
-            axis = int(q.QuantizedDimension())
+        name = _text(tensor.string("name"))
+        if q is not None and (scales := q.numbers("scale")):
+            zps = _ints(q, "zero_point")
             # TFLite's InterpreterBuilder refuses it (ParseQuantization); every rule may read zero_point[i].
-            bad.require(len(zps) == len(scales), f"tensor {t} of subgraph {s} ({_text(tensor.Name())!r}) has "
+            bad.require(len(zps) == len(scales), f"tensor {t} of subgraph {s} ({name!r}) has "
                         f"{len(scales)} scale(s) and {len(zps)} zero point(s); TFLite loads only a model whose "
                         "quantized tensors have as many of each")
-            quant = Quantization(scales, zps, axis)
-        tensors.append(TensorInfo(t, _text(tensor.Name()), codes.types[code], shape, signature, quant,
-                                  buf, buffer_sizes[buf], bool(tensor.IsVariable())))
+            quant = Quantization(scales, zps, int(q.scalar("quantized_dimension")))
+        tensors.append(TensorInfo(t, name, _TYPES[code], shape, signature, quant, buf, buffer_sizes[buf],
+                                  bool(tensor.scalar("is_variable"))))
     n = len(tensors)
 
     def tensor_list(indices: tuple[int, ...], what: str, optional: bool) -> tuple[TensorInfo | None, ...]:
@@ -366,45 +437,48 @@ def _subgraph(model: Any, s: int, opcodes: list[tuple[str, int, str | None]], bu
         return tuple(out)
 
     ops = []
-    for o in range(sg.OperatorsLength()):
-        op = sg.Operators(o)
-        idx = int(op.OpcodeIndex())
+    for o, op in enumerate(sg.tables("operators", "Operator")):
+        idx = int(op.scalar("opcode_index"))
         bad.require(idx < len(opcodes), f"op {o} of subgraph {s} uses missing operator code {idx}")
         op_type, version, custom = opcodes[idx]
-        ins = tensor_list(_ints(op.InputsLength(), op.InputsAsNumpy), f"op {o} ({op_type}) input", True)
-        outs = tensor_list(_ints(op.OutputsLength(), op.OutputsAsNumpy), f"op {o} ({op_type}) output", False)
+        ins = tensor_list(_ints(op, "inputs"), f"op {o} ({op_type}) input", True)
+        outs = tensor_list(_ints(op, "outputs"), f"op {o} ({op_type}) output", False)
         ops.append(OpInfo(o, s, op_type, version, custom, ins, tuple(t for t in outs if t is not None),
                           _options(op)))
-    inputs = _ints(sg.InputsLength(), sg.InputsAsNumpy)
-    outputs = _ints(sg.OutputsLength(), sg.OutputsAsNumpy)
+    inputs = _ints(sg, "inputs")
+    outputs = _ints(sg, "outputs")
     for i in inputs + outputs:
         bad.require(0 <= i < n, f"subgraph {s} input/output refers to tensor {i}; it has {n} tensors")
-    return SubgraphInfo(s, _text(sg.Name()), tuple(tensors), tuple(ops), inputs, outputs)
+    return SubgraphInfo(s, _text(sg.string("name")), tuple(tensors), tuple(ops), inputs, outputs)
 
 
-def _options(op: Any) -> dict[str, Any]:
-    """Builtin options as a plain dict with snake_case keys and enum names."""
-    codes = _codes()
-    kind = codes.options.get(int(op.BuiltinOptionsType()), "NONE")
-    table = op.BuiltinOptions()
-    if kind == "NONE" or table is None or not hasattr(schema, kind + "T"):
+def _options(op: _Table) -> dict[str, Any]:
+    """Builtin options as a plain dict with snake_case keys and enum names, as flatc's object API reads them:
+    a number or a list of numbers, a string, None for a list, string or nested table the file leaves out
+    (a nested table the file has is left out)."""
+    kind = fbs.BUILTIN_OPTIONS.get(int(op.scalar("builtin_options_type")), "NONE")
+    at = op._at("builtin_options")
+    if kind == "NONE" or not at or kind not in fbs.TABLES:
         return {}
-    raw = getattr(schema, kind)()
-    raw.Init(table.Bytes, table.Pos)
-    obj = getattr(schema, kind + "T").InitFromObj(raw)
+    table = _Table(op.data, at + _u32(op.data, at), kind)
     out: dict[str, Any] = {}
-    for key, value in vars(obj).items():
-        name = _CAMEL.sub("_", key).lower()
-        if isinstance(value, np.ndarray):
-            value = value.tolist()
-        if name.endswith("fused_activation_function"):
-            value = codes.activations.get(value, value)
-        elif name == "padding":
-            value = codes.paddings.get(value, value)
-        elif name == "weights_format":
-            value = codes.weights_formats.get(value, value)
-        elif isinstance(value, bytes):
-            value = _text(value)
-        if value is None or isinstance(value, (bool, int, float, str, list)):
-            out[name] = value  # nested option tables are left out
+    for name, _, field_kind, _, _ in fbs.TABLES[kind]:
+        value: Any
+        if field_kind == "scalar":
+            value = table.scalar(name)
+            if name.endswith("fused_activation_function"):
+                value = fbs.ACTIVATION_FUNCTION_TYPE.get(value, value)
+            elif name in _OPTION_ENUMS:
+                value = _OPTION_ENUMS[name].get(value, value)
+        elif field_kind == "vector":
+            numbers = table.numbers(name)
+            value = None if numbers is None else list(numbers)
+        elif field_kind == "string":
+            raw = table.string(name)
+            value = None if raw is None else _text(raw)
+        elif table._at(name):
+            continue  # a nested table, list or union: left out
+        else:
+            value = None
+        out[name] = value
     return out

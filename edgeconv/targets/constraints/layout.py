@@ -2,16 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from ..._lazy import lazy_import
 from ...converters.tflite_reader import OpInfo, TensorInfo, TFLiteModel
 from .registry import OK, Check, constraint
-
-if TYPE_CHECKING:
-    import numpy as np
-else:
-    np = lazy_import("numpy")
 
 REDUCERS = ("MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "REDUCE_ANY", "REDUCE_ALL")
 PADS = ("PAD", "PADV2", "MIRROR_PAD")
@@ -85,11 +77,11 @@ def _axes(op: OpInfo, model: TFLiteModel) -> list[int] | None:
     """Reduction axes of a reducer, normalized to non-negative; None when not constant."""
     if len(op.inputs) < 2 or op.inputs[0] is None:
         return None
-    values = model.constant(op.inputs[1])
+    values = model.constant_values(op.inputs[1])
     if values is None:
         return None
     rank = len(op.inputs[0].shape)
-    return sorted({int(a) % rank for a in np.atleast_1d(values)}) if rank else []
+    return sorted({int(a) % rank for a in values}) if rank else []
 
 
 @constraint
@@ -101,10 +93,10 @@ def axis_not_batch(op: OpInfo, model: TFLiteModel) -> Check:
             return False, "the reduction axes are not constant"
         return (0 not in axes), f"reduces over axes {axes}, including the batch axis 0"
     if op.type in PADS:
-        paddings = model.constant(op.inputs[1]) if len(op.inputs) > 1 else None
+        paddings = model.constant_values(op.inputs[1]) if len(op.inputs) > 1 else None
         if paddings is None:
             return False, "the paddings are not constant"
-        first = [int(v) for v in np.asarray(paddings).reshape(-1, 2)[0]]
+        first = [int(v) for v in paddings[:2]]
         return (first == [0, 0]), f"pads the batch axis by {first}"
     if op.type == "PACK":
         return (op.options.get("axis", 0) != 0), "packs along axis 0 (the batch axis)"
@@ -172,9 +164,10 @@ def constant_inputs_zero_pad(op: OpInfo, model: TFLiteModel) -> Check:
         return OK
     if len(op.inputs) != 2:
         return False, f"{len(op.inputs)} inputs, {len(constants)} of them constant"
-    values = model.constant(constants[0])
-    zero = values is not None and constants[0].quantization is not None and bool(
-        np.all(values.astype(np.int64) == constants[0].quantization.zero_point[0]))
+    values = model.constant_values(constants[0])
+    quantization = constants[0].quantization
+    zero = values is not None and quantization is not None and all(
+        v == quantization.zero_point[0] for v in values)
     return zero, f"constant input '{constants[0].name}' is not all zeros"
 
 
@@ -214,21 +207,22 @@ def output_count(op: OpInfo, model: TFLiteModel, *, minimum: int, maximum: int) 
 @constraint
 def paddings_non_negative(op: OpInfo, model: TFLiteModel) -> Check:
     """The paddings are constant and not negative."""
-    paddings = model.constant(op.inputs[1]) if len(op.inputs) > 1 else None
+    paddings = model.constant_values(op.inputs[1]) if len(op.inputs) > 1 else None
     if paddings is None:
         return False, "the paddings are not constant"
-    return bool(np.all(paddings >= 0)), f"paddings {np.asarray(paddings).tolist()}"
+    pairs = [list(paddings[i:i + 2]) for i in range(0, len(paddings), 2)]  # [rank, 2]: before and after
+    return all(v >= 0 for v in paddings), f"paddings {pairs}"
 
 
 @constraint
 def slice_strides_one(op: OpInfo, model: TFLiteModel) -> Check:
     """Every stride is 1 and the ellipsis, new-axis and shrink-axis masks are 0 (a plain slice)."""
-    strides = model.constant(op.inputs[3]) if len(op.inputs) > 3 else None
+    strides = model.constant_values(op.inputs[3]) if len(op.inputs) > 3 else None
     problems = []
     if strides is None:
         problems.append("the strides are not constant")
-    elif np.any(strides != 1):
-        problems.append(f"strides {np.asarray(strides).tolist()}")
+    elif any(v != 1 for v in strides):
+        problems.append(f"strides {list(strides)}")
     problems += [f"{mask} {op.options[mask]}" for mask in ("ellipsis_mask", "new_axis_mask", "shrink_axis_mask")
                  if op.options.get(mask)]
     return (not problems), "; ".join(problems)
