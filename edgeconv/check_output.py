@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import report_model as rm
 from .errors import rel
 from .results import CheckResult
+
+if TYPE_CHECKING:
+    from . import report_model as rm
 
 
 def check_lines(path: Path, result: CheckResult, fmt: str, *, quiet: bool = False) -> list[str]:

@@ -14,16 +14,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import report_model as rm
 from .converters.tflite_reader import TensorInfo, TFLiteModel
 from .ir import source_layers
-from .report_model import REPORT_SCHEMA_VERSION as REPORT_SCHEMA_VERSION
 from .targets.checker import OpResult, TargetResult
 from .targets.parameter_memory import memory_line
 from .targets.target import Effect, Placement, Target
 from .verdict import target_passes
 
 if typing.TYPE_CHECKING:
+    from . import report_model as rm
     from .passes.base import PassResult
 
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "report.schema.json"
@@ -583,7 +582,7 @@ def onnx_markdown(onnx: rm.Onnx) -> list[str]:
         io = ["; ".join(f"{v['name']} {v['dtype']} {v['shape']}" for v in m[key]) for key in ("inputs", "outputs")]
         lines.append(f"| {kind} | `{m['file']}` | {m['bytes']:,} | {io[0]} | {io[1]} | {_fmt_counts(m['ops'])} |")
     lines.append("")
-    origin = typing.cast(rm.FloatOnnxModel, onnx["models"]["float"]).get("from_tf")
+    origin = typing.cast("rm.FloatOnnxModel", onnx["models"]["float"]).get("from_tf")
     if origin:
         lines += ["| TensorFlow op (after the passes) | ONNX ops |", "|---|---|"]
         lines += [f"| {tf_op} | {_fmt_counts(ops)} |" for tf_op, ops in origin.items()]

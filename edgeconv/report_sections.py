@@ -89,7 +89,7 @@ class Head(TypedDict):
 def head(config: PipelineConfig, out_dir: Path) -> Head:
     """What every report begins with: the schema, edgeconv and the toolchain, when, which pipeline."""
     return {
-        "schema_version": report.REPORT_SCHEMA_VERSION,
+        "schema_version": rm.REPORT_SCHEMA_VERSION,
         "edgeconv_version": __version__,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "name": config.build_name,

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import report
-from . import report_model as rm
 from .converters.tflite_reader import TFLiteModel
 from .exit_codes import Exit, of_gate
 from .targets.checker import TargetResult
 
 if TYPE_CHECKING:
+    from . import report_model as rm
     from .config import PipelineConfig
 
 

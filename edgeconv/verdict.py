@@ -17,15 +17,17 @@ import dataclasses
 import enum
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import report_model as rm
 from .exit_codes import of_gate
 from .gates import DEFAULTS as DEFAULTS
 from .gates import Limits as Limits
 from .targets.checker import TargetResult
 from .targets.checker import Verdict as TargetVerdict
 from .targets.target import OpStatus
+
+if TYPE_CHECKING:
+    from . import report_model as rm
 
 
 class Outcome(enum.Enum):
