@@ -1,6 +1,7 @@
 """Targets: one data file per built-in target, the constraint kinds, the checker.
 
-Built-in targets are the files in ``targets/data``; their names are the file names.
+Built-in targets are the files in ``targets/data``; their names are the file names. Each loads from
+its validated JSON twin in ``targets/compiled`` while the twin was made from the file's bytes as they are.
 The pipeline's allowed target names come from this listing. A reference that is a
 path to a ``.yaml`` file is a user's own target file, validated the same way.
 """
@@ -36,4 +37,7 @@ def load_target(ref: str) -> Target:
     if ref not in names:
         raise ConfigError([f"unknown target {ref!r} (allowed: {allowed_list(names)}, or a path to a target "
                            f".yaml file){did_you_mean(ref, names)}"])
-    return load_target_file(DATA_DIR / f"{ref}.yaml", expected_name=ref)
+    from .compiled import load_compiled
+
+    path = DATA_DIR / f"{ref}.yaml"
+    return load_compiled(ref, path) or load_target_file(path, expected_name=ref)

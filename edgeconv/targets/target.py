@@ -15,17 +15,23 @@ import enum
 import inspect
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from .. import _yaml
-from .._schema import Ctx
+from .._lazy import lazy_import
 from ..converters.tflite_ops import BUILTIN_OP_NAMES
 from ..converters.tflite_reader import TensorType
 from ..errors import ConfigError, allowed_list, did_you_mean, rel
 from .constraints import CONSTRAINTS, Constraint, params_of, rule_text
 from .parameter_memory import ParameterMemory
+
+if TYPE_CHECKING:
+    import yaml
+
+    from .. import _yaml
+    from .._schema import Ctx
+else:  # a built-in target loads from its compiled JSON (targets/compiled.py): no YAML to import
+    yaml = lazy_import("yaml")
+    _yaml = lazy_import("edgeconv._yaml")
 
 TARGET_SCHEMA_VERSION = 1
 OP_NAMES = BUILTIN_OP_NAMES
@@ -161,6 +167,8 @@ _EFFECTS = [e.value for e in Effect]
 
 def load_target_file(path: Path, expected_name: str | None = None) -> Target:
     """Parse and validate a target file; raise ConfigError listing every problem."""
+    from .._schema import Ctx
+
     node = _yaml.compose_file(path)
     ctx = Ctx(rel(path), path.parent)
     if not isinstance(node, yaml.MappingNode):

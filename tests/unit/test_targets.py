@@ -48,6 +48,82 @@ def test_builtin_targets_are_the_data_files() -> None:
                 assert rule.text and "{" not in rule.text
 
 
+@pytest.mark.parametrize("name", builtin_target_names())
+def test_each_builtin_target_loads_from_a_twin_equal_to_its_yaml(name: str) -> None:
+    """A built-in target loads from its compiled JSON twin (no YAML parsed): the twin is what
+    scripts/gen_compiled_targets.py writes from the YAML now, and holds a Target equal to the YAML's."""
+    from edgeconv.targets.compiled import load_compiled, to_json
+    from edgeconv.targets.twins import COMPILED_DIR, dumps
+
+    path = DATA_DIR / f"{name}.yaml"
+    from_yaml = load_target_file(path, expected_name=name)
+    twin = COMPILED_DIR / f"{name}.json"
+    assert twin.read_text(encoding="utf-8") == dumps(to_json(from_yaml, path.read_bytes())), \
+        "run python scripts/gen_compiled_targets.py"
+    assert load_compiled(name, path) == from_yaml
+    assert load_target(name) == from_yaml
+
+
+def test_the_runtime_version_table_loads_from_a_twin_equal_to_its_yaml() -> None:
+    from edgeconv.targets.compiled import runtime_versions_json
+    from edgeconv.targets.constraints.versions import TABLE, parse_table, runtime_versions
+    from edgeconv.targets.twins import COMPILED_DIR, dumps, twin_of
+
+    twin = COMPILED_DIR / "runtime_versions.json"
+    assert twin.read_text(encoding="utf-8") == dumps(runtime_versions_json(parse_table(), TABLE.read_bytes()))
+    assert twin_of(TABLE, twin) is not None
+    parsed = {op: {int(v): str(r) for v, r in versions.items()} for op, versions in parse_table()["ops"].items()}
+    assert runtime_versions() == parsed and parsed["CONV_2D"][3] == "1.14.0"
+
+
+def test_a_twin_is_not_used_for_yaml_it_was_not_made_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An edited built-in target file (its title changed) is parsed again; so is one whose twin is missing,
+    unreadable or of another format. The loaded target then says what the edited YAML says."""
+    from edgeconv import targets
+    from edgeconv.targets import compiled, twins
+
+    data, folder = tmp_path / "data", tmp_path / "compiled"
+    data.mkdir()
+    folder.mkdir()
+    text = (DATA_DIR / "edgetpu.yaml").read_text(encoding="utf-8")
+    (data / "edgetpu.yaml").write_text(text, encoding="utf-8")
+    (folder / "edgetpu.json").write_bytes((twins.COMPILED_DIR / "edgetpu.json").read_bytes())
+    monkeypatch.setattr(targets, "DATA_DIR", data)
+    monkeypatch.setattr(compiled, "COMPILED_DIR", folder)
+    loaded = compiled.load_compiled("edgetpu", data / "edgetpu.yaml")
+    assert loaded is not None and loaded.title == load_target_file(DATA_DIR / "edgetpu.yaml").title
+
+    edited = text.replace("title: ", "title: Edited ", 1)
+    assert edited != text
+    (data / "edgetpu.yaml").write_text(edited, encoding="utf-8")
+    assert compiled.load_compiled("edgetpu", data / "edgetpu.yaml") is None
+    targets.load_target.cache_clear()
+    try:
+        assert targets.load_target("edgetpu").title.startswith("Edited ")
+        (data / "edgetpu.yaml").write_text(text, encoding="utf-8")
+        for broken in ("{", '{"format": 2}', "[]"):
+            (folder / "edgetpu.json").write_text(broken, encoding="utf-8")
+            assert compiled.load_compiled("edgetpu", data / "edgetpu.yaml") is None
+        (folder / "edgetpu.json").unlink()
+        assert compiled.load_compiled("edgetpu", data / "edgetpu.yaml") is None
+    finally:
+        targets.load_target.cache_clear()
+
+
+def test_checking_with_builtin_targets_parses_no_yaml() -> None:
+    """`edgeconv check` with built-in targets imports no YAML library (the twins are JSON)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; from edgeconv.cli import main; main(['check', sys.argv[1], '--target', 'edgetpu', "
+             "'--target', 'tflm-cmsis-nn', '--format', 'json'])")  # edgetpu reads the op-version table
+    code = (f"import sys\ntry:\n    exec({probe!r})\nexcept SystemExit as e:\n    pass\n"
+            "print('yaml' in sys.modules, 'edgeconv.report_model' in sys.modules, file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", code, str(REPO / "tests" / "data" / "conv2d-relu.int8.tflite")],
+                         capture_output=True, text=True, check=True)
+    assert out.stderr.strip().splitlines()[-1] == "False False", out.stderr
+
+
 def test_every_constraint_documents_its_rule() -> None:
     for name, fn in CONSTRAINTS.items():
         assert inspect.getdoc(fn), f"constraint {name} has no docstring (its rule text)"

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-
-import yaml
+from typing import Any
 
 from ...converters.tflite_reader import OpInfo, TFLiteModel
 from .registry import OK, Check, constraint
@@ -13,11 +12,21 @@ from .registry import OK, Check, constraint
 TABLE = Path(__file__).resolve().parent.parent / "runtime_versions.yaml"
 
 
+def parse_table() -> dict[str, Any]:
+    """runtime_versions.yaml as PyYAML reads it (libyaml's safe loader when PyYAML has it)."""
+    import yaml
+
+    data: dict[str, Any] = yaml.load(TABLE.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return data
+
+
 @functools.cache
 def runtime_versions() -> dict[str, dict[int, str]]:
-    """(op, version) -> minimum TFLite runtime release, from runtime_versions.yaml (edgeconv's own data, read
-    with libyaml's safe loader when PyYAML has it: 5 ms instead of the pure-Python parser's 130)."""
-    data = yaml.load(TABLE.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    """(op, version) -> minimum TFLite runtime release, from runtime_versions.yaml (edgeconv's own data), through
+    its JSON twin (targets/compiled.py) while the twin was made from the file as it is."""
+    from ..twins import COMPILED_DIR, twin_of
+
+    data = twin_of(TABLE, COMPILED_DIR / "runtime_versions.json") or parse_table()
     return {op: {int(v): str(r) for v, r in versions.items()} for op, versions in data["ops"].items()}
 
 
