@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 
 if TYPE_CHECKING:
+    from .building import build
     from .checking import check
     from .config import PipelineConfig, load_pipeline
     from .converters.tflite_export import prepare_builds
     from .errors import ConfigError, DataError, EdgeconvError, InternalError, ModelError, ModelFileError, OutputError
-    from .pipeline import build
     from .results import BuildResult, CheckResult
 
 __all__ = [
@@ -37,7 +37,7 @@ __all__ = [
 # Where each public name lives. They are imported on first use, so ``edgeconv --help`` (which imports
 # this package) loads neither numpy nor YAML.
 _HOMES = {"PipelineConfig": "config", "load_pipeline": "config", "BuildResult": "results", "CheckResult": "results",
-          "build": "pipeline", "check": "checking", "prepare_builds": "converters.tflite_export",
+          "build": "building", "check": "checking", "prepare_builds": "converters.tflite_export",
           **{n: "errors" for n in __all__ if n.endswith("Error")}}
 
 

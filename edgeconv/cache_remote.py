@@ -30,7 +30,6 @@ it: the build forks its converter worker only while no other thread runs).
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import contextlib
 import dataclasses
@@ -47,10 +46,16 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from ._lazy import lazy_import
 from .cache import STAGING_AGE_S, BuildCache, _inside, default_dir, location
 from .errors import EdgeconvError
+
+if TYPE_CHECKING:
+    import asyncio
+else:  # a local cache (most builds) opens through here too
+    asyncio = lazy_import("asyncio")
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import report_model as rm
 from . import verdict
 from .errors import rel
 from .exit_codes import WORDS
 from .report import first_cause
+
+if TYPE_CHECKING:
+    from . import report_model as rm
 
 _PROBLEM = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+): (?P<message>.*)$")
 EXIT_WORDS = WORDS  # exit code -> word, from the one table (edgeconv.exit_codes)
@@ -93,6 +94,8 @@ def _cell(text: str) -> str:
 
 
 def junit_xml(outcomes: Sequence[Outcome]) -> str:
+    import xml.etree.ElementTree as ET
+
     suites = ET.Element("testsuites", name="edgeconv")
     total = failed = errors = 0
     for o in outcomes:

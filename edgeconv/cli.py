@@ -187,10 +187,12 @@ def _build_many(args: argparse.Namespace) -> int:
     outputs."""
     from .ci import worst
     from .many import BuildOptions, expand, prepare_cache
-    from .shards import parse_shard, results_document, select
-
     given = expand(args.pipelines)
-    shard = parse_shard(args.shard) if args.shard is not None else None
+    shard = None
+    if args.shard is not None:
+        from .shards import parse_shard
+
+        shard = parse_shard(args.shard)
     if args.out is not None and len(given) > 1:
         raise EdgeconvError(f"--out applies to one pipeline; {len(given)} were given (each writes its output.dir)")
     if args.jobs < 1:
@@ -198,8 +200,11 @@ def _build_many(args: argparse.Namespace) -> int:
     from .ci import check_destinations, write_outputs
 
     check_destinations(args.junit, args.summary, args.results_json)
-    paths = select(given, shard) if shard is not None else given
+    paths = given
     if shard is not None:
+        from .shards import select
+
+        paths = select(given, shard)
         print(f"edgeconv: shard {shard}: {len(paths)} of {len(given)} pipeline{'s' if len(given) > 1 else ''}",
               file=sys.stderr)
     options = BuildOptions(out=args.out, baseline=args.baseline, no_cache=args.no_cache, cache_dir=args.cache_dir,
@@ -214,7 +219,11 @@ def _build_many(args: argparse.Namespace) -> int:
         outcomes = [_build_single(paths[0], options, quiet=args.quiet)]
     else:
         outcomes = _build_several(paths, options, jobs=args.jobs, quiet=args.quiet)
-    results = (args.results_json, results_document(outcomes, given, shard)) if args.results_json else None
+    results = None
+    if args.results_json:
+        from .shards import results_document
+
+        results = (args.results_json, results_document(outcomes, given, shard))
     for line in write_outputs(outcomes, junit=args.junit, summary=args.summary, results=results):
         print(line)
     return worst(outcomes)

@@ -953,10 +953,17 @@ def _check_engine(q: QuantizationConfig, root: yaml.Node, ctx: Ctx) -> None:
         ctx.error(at, "quantization.engine", f"{aeq.value} is not installed: {ENGINE_HINT}")
 
 
+_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def valid_identifier(name: str) -> bool:
+    """A C identifier (the firmware outputs' array name): letters, digits and _, not starting with a digit."""
+    return _C_IDENTIFIER.fullmatch(name) is not None
+
+
 def _check_verification(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
     """What parity, the keep-float search and the firmware outputs need."""
     from .targets.describe import quantization_line
-    from .verify.firmware import valid_identifier
 
     g, v, o = config.gates, config.verify, config.output
     parity_gates = [k for k in ("max_accuracy_drop", "min_top1_agreement", "min_sqnr_db", "min_cosine")
@@ -996,6 +1003,8 @@ def _check_verification(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> No
 
 
 def _check_requires(config: PipelineConfig, root: yaml.Node, ctx: Ctx) -> None:
+    if not config.requires:
+        return
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
     from packaging.version import InvalidVersion, Version
 

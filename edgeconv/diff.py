@@ -14,13 +14,15 @@ import typing
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import report_model as rm
 from . import verdict
 from .errors import EdgeconvError, rel
 from .schema_check import first_problem
 from .verdict import fails
+
+if TYPE_CHECKING:
+    from . import report_model as rm
 
 NOT_SUPPORTED = ("cpu_fallback", "unsupported")
 
@@ -74,7 +76,7 @@ def report_from_data(data: Any, where: str) -> rm.Report:
     problem = first_problem(data, _report_schema())
     if problem:
         raise EdgeconvError(f"{where}: not a valid edgeconv report: {problem}")
-    return typing.cast(rm.Report, data)
+    return typing.cast("rm.Report", data)
 
 
 @functools.cache

@@ -13,9 +13,6 @@ import contextlib
 import dataclasses
 import gc
 import logging
-import multiprocessing
-import multiprocessing.context
-import multiprocessing.queues
 import os
 import sys
 import time
@@ -24,14 +21,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import cancel
+from ._lazy import lazy_import
 from .ci import Outcome
 from .crash import crash_log, crash_words
 from .errors import EdgeconvError
 from .exit_codes import Exit
 
 if TYPE_CHECKING:
+    import multiprocessing
+    import multiprocessing.context
+    import multiprocessing.queues
+
     from .console import Display
     from .results import BuildResult
+else:  # the pool's: a build of one pipeline (a cached one above all) does not pay for it
+    multiprocessing = lazy_import("multiprocessing")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,9 +76,9 @@ def build_one(path: Path, options: BuildOptions, display: Display | None = None,
     shows its progress and log lines; without one, the build prints nothing (the report keeps every
     finding). ``cached_only``: only what needs no TensorFlow (a build served from the cache, a .tflite's
     checks, a user error); (None, None) when the build must run."""
+    from .building import build, from_cache
     from .cache_remote import open_cache
     from .config import load_pipeline
-    from .pipeline import build, from_cache
 
     start = time.perf_counter()
     try:
@@ -206,9 +210,9 @@ def build_many(paths: Sequence[Path], options: BuildOptions, *, jobs: int = 1,
 
 def _prefetch(paths: Sequence[Path], options: BuildOptions) -> None:
     """A remote cache's entries for every pipeline fetched at once, before they are served one by one."""
+    from .building import cache_key
     from .cache import location
     from .cache_remote import RemoteCache, open_cache
-    from .pipeline import cache_key
 
     if caching_off(options) or not isinstance(location(options.cache_dir), str):
         return

@@ -10,17 +10,15 @@ declared input range, and with the input quantization the converter chose.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
-import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import report_model as rm
 from ..converters.tflite_reader import TFLiteModel
+from ..digests import file_sha256 as file_sha256
+from ..digests import path_sha256 as path_sha256
 from .samples import SampleSet
 
 if TYPE_CHECKING:
@@ -412,29 +410,3 @@ def quantized_view(model: TFLiteModel, index: int) -> Any:
     return None
 
 
-def file_sha256(path: Path) -> str:
-    """sha256 of a file's bytes; read once per process while its size, time and inode stay the same (a zoo's
-    pipelines share their data files, and edgeconv's own sources are in every cache key)."""
-    st = path.stat()
-    return _file_sha256(os.path.abspath(path), st.st_size, st.st_mtime_ns, st.st_ino)
-
-
-@functools.lru_cache(maxsize=4096)
-def _file_sha256(path: str, size: int, mtime_ns: int, inode: int) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def path_sha256(path: Path) -> str:
-    """sha256 of a file, or of a folder (every file's relative path and bytes, sorted; Python's
-    __pycache__ left out)."""
-    if path.is_file():
-        return file_sha256(path)
-    digest = hashlib.sha256()
-    for f in sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        digest.update(f.relative_to(path).as_posix().encode() + b"\0")
-        digest.update(bytes.fromhex(file_sha256(f)))
-    return digest.hexdigest()

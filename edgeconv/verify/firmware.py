@@ -30,7 +30,6 @@ else:
 # (tflite-micro tensorflow/lite/micro/micro_mutable_op_resolver.h).
 _METHOD_EXCEPTIONS = {"CUMSUM": "AddCumSum", "BATCH_MATMUL": "AddBatchMatMul", "PADV2": "AddPadV2",
                       "UNIDIRECTIONAL_SEQUENCE_LSTM": "AddUnidirectionalSequenceLSTM"}
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _C_TYPES = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
             "float32": "float", "bool": "uint8_t"}
 
@@ -48,10 +47,6 @@ def resolver_method(op_type: str) -> str:
         else:
             words.append(word[0] + word[1:].lower())
     return "Add" + "".join(words)
-
-
-def valid_identifier(name: str) -> bool:
-    return bool(_IDENTIFIER.match(name))
 
 
 def _bytes_lines(data: bytes, per_line: int = 12) -> str:

@@ -194,7 +194,7 @@ def test_repair_on_an_existing_tflite_is_refused(project: Path) -> None:
 
 
 def test_the_repair_flag_is_refused_where_the_setting_would_be(project: Path) -> None:
-    from edgeconv.pipeline import build
+    from edgeconv import build
 
     with pytest.raises(ConfigError) as caught:
         build(write(project, MINIMAL), repair=True)
