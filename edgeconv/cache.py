@@ -23,15 +23,18 @@ import logging
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import report_model as rm
-from .calibration.checks import path_sha256
 from .config import PipelineConfig, installed_toolchain, resolved_data
+from .digests import path_sha256
 from .output import MARKER
+
+if TYPE_CHECKING:
+    from . import report_model as rm
 
 log = logging.getLogger(__name__)
 
@@ -109,9 +112,7 @@ class BuildCache:
             "pipeline": resolved_data(config, out_dir),
             "output_dir": os.path.relpath(out_dir, base),
             "suggest_keep_float": suggest_keep_float,
-            "toolchain": installed_toolchain(),
-            "libraries": library_versions(),
-            "edgeconv_sources": sources_sha256(_PACKAGE),
+            **self.install_facts(),
             "model": path_sha256(config.model.path),
             "baseline": baseline,
         }
@@ -134,6 +135,13 @@ class BuildCache:
                 inputs[f"target:{target}"] = path_sha256(Path(target))
         text = json.dumps(inputs, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest(), "cacheable"
+
+    def install_facts(self) -> dict[str, Any]:
+        """The key's facts about this installation (see :func:`install_facts`), kept in this cache folder
+        while it can be used."""
+        if _PACKAGE != _PACKAGE_INSTALLED:  # another folder's sources (tests): worked out every time
+            return _computed_facts(_PACKAGE)
+        return install_facts(self.root if self.usable() is None else None)
 
     def _entry(self, key: str) -> Path:
         return self.root / key[:2] / key
@@ -209,6 +217,89 @@ class BuildCache:
             log.warning("cache: cannot write %s (%s); the build is not cached", self.root, exc.strerror)
             if staging is not None:
                 shutil.rmtree(staging, ignore_errors=True)
+
+
+_FACTS = ("toolchain", "libraries", "edgeconv_sources")
+INSTALLS = "installs"  # <cache>/installs/<fingerprint>.json: each installation's facts
+
+
+def _computed_facts(package: Path) -> dict[str, Any]:
+    return {"toolchain": installed_toolchain(), "libraries": library_versions(),
+            "edgeconv_sources": sources_sha256(package)}
+
+
+def install_fingerprint() -> str:
+    """What changes when anything is installed, upgraded or removed, or a file of edgeconv's own is edited,
+    from stat calls alone (no file read): the interpreter; each folder on ``sys.path`` with its modification
+    time (installing, upgrading or removing a distribution adds or removes its ``.dist-info`` folder there);
+    and every file of the edgeconv package with its size, modification time and inode."""
+    digest = hashlib.sha256("\0".join((sys.executable, sys.prefix, sys.version, str(_PACKAGE_INSTALLED))).encode())
+    for entry in sys.path:
+        with contextlib.suppress(OSError):
+            st = os.stat(entry or os.curdir)
+            digest.update(f"\0{entry}\0{st.st_mtime_ns}\0{st.st_ino}".encode())
+    files = []
+    folders = [str(_PACKAGE_INSTALLED)]
+    while folders:
+        with os.scandir(folders.pop()) as found:
+            for item in found:
+                if item.is_dir():
+                    if item.name != "__pycache__":
+                        folders.append(item.path)
+                elif item.is_file():
+                    st = item.stat()
+                    files.append(f"{item.path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}")
+    for line in sorted(files):
+        digest.update(b"\0" + line.encode())
+    return digest.hexdigest()
+
+
+def install_facts(root: Path | None) -> dict[str, Any]:
+    """The versions of the toolchain and of :data:`LIBRARIES`, and the sha256 of edgeconv's sources: what a
+    cache key holds of the installation. Reading them costs more than the rest of a cached rebuild (an
+    installed-metadata lookup per distribution, every source file read), and they change only when something
+    is installed or edited: so they are worked out once per installation (:func:`install_fingerprint`) and
+    kept in ``root/installs/<fingerprint>.json`` (written whole; used, as every cache file is, only from a
+    folder the cache may use). ``root`` None: worked out (once per process)."""
+    if root is None:
+        return _computed_facts(_PACKAGE_INSTALLED)
+    return dict(_kept_facts(root))
+
+
+@functools.cache
+def _kept_facts(root: Path) -> dict[str, Any]:
+    """Once per process and cache folder (nothing is installed under a running edgeconv: what it imported
+    is loaded already)."""
+    fingerprint = install_fingerprint()
+    memo = root / INSTALLS / f"{fingerprint}.json"
+    with contextlib.suppress(OSError, ValueError):
+        doc = json.loads(memo.read_text(encoding="utf-8"))
+        if _facts_ok(doc, fingerprint):
+            with contextlib.suppress(OSError):
+                os.utime(memo)  # its last use, for `edgeconv cache prune`
+            return {k: doc[k] for k in _FACTS}
+    facts = _computed_facts(_PACKAGE_INSTALLED)
+    temp = None
+    try:  # best effort: a memo that cannot be written costs the next build a few milliseconds
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(prefix=".memo-", dir=memo.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"fingerprint": fingerprint, **facts}, f, sort_keys=True)
+        os.replace(temp, memo)
+    except OSError as exc:
+        log.debug("cache: cannot keep this installation's facts in %s (%s)", memo.parent, exc.strerror)
+        if temp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+    return facts
+
+
+def _facts_ok(doc: object, fingerprint: str) -> bool:
+    if not isinstance(doc, dict) or doc.get("fingerprint") != fingerprint:
+        return False
+    versions = [doc.get("toolchain"), doc.get("libraries")]
+    return (all(isinstance(v, dict) and all(isinstance(x, str) for x in (*v, *v.values())) for v in versions)
+            and isinstance(doc.get("edgeconv_sources"), str) and _KEY.fullmatch(doc["edgeconv_sources"]) is not None)
 
 
 def sources_sha256(package: Path) -> str:
@@ -299,9 +390,10 @@ class Pruned:
 
 
 def prune(root: Path, older_than_s: float, now: float | None = None) -> Pruned:
-    """Remove the entries not stored or served for ``older_than_s`` seconds, and staging folders a dead
-    writer left (older than a day). A cache folder another user owns or others can write is refused
-    (``EDGECONV_CACHE_SHARED=1`` accepts it, as for reading)."""
+    """Remove the entries not stored or served for ``older_than_s`` seconds (and the installations' facts
+    not used as long, ``installs/``), and staging folders a dead writer left (older than a day). A cache
+    folder another user owns or others can write is refused (``EDGECONV_CACHE_SHARED=1`` accepts it, as
+    for reading)."""
     from .errors import EdgeconvError
 
     now = time.time() if now is None else now
@@ -316,6 +408,10 @@ def prune(root: Path, older_than_s: float, now: float | None = None) -> Pruned:
             removed, removed_bytes = removed + 1, removed_bytes + entry.bytes
         else:
             kept, kept_bytes = kept + 1, kept_bytes + entry.bytes
+    for memo in (root / INSTALLS).glob("*.json") if (root / INSTALLS).is_dir() else []:
+        with contextlib.suppress(OSError):  # an installation's facts not used for as long: worked out again
+            if now - memo.lstat().st_mtime > older_than_s and not memo.is_symlink():
+                memo.unlink()
     staging = 0
     for folder in root.glob("??/.*-*") if root.is_dir() else []:
         try:

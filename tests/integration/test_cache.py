@@ -82,6 +82,28 @@ def test_unchanged_rebuild_comes_from_the_cache_and_any_change_builds(primed: di
     assert len(list((project / "cache").glob("*/*/entry.json"))) == 2
 
 
+def test_a_cached_rebuild_imports_no_build_stage(project: Path) -> None:
+    """A served build as a CI step runs it, a fresh process: the pipeline validated, the key, the entry
+    verified, the targets checked again on the served .tflite; not NumPy, TensorFlow, the stages, the -j pool
+    or the remote cache's event loop. The first process works out the installation's facts (versions and
+    sources digest: installed-package metadata read) and keeps them in the cache folder; the next reads them
+    back and imports no metadata reader either. Both are served, so the kept facts make the same key."""
+    import subprocess
+    import sys
+
+    heavy = ("numpy", "tensorflow", "edgeconv.pipeline", "edgeconv.calibration.checks", "edgeconv.verify.stage",
+             "multiprocessing", "asyncio", "importlib.metadata")
+    probe = (f"import sys\nfrom edgeconv.cli import main\ncode = main(['build', 'pipeline.yaml'])\n"
+             f"print(code, sorted(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)")
+    seen = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", probe], cwd=project, capture_output=True, text=True, check=True)
+        assert done.stdout.startswith("cache: unchanged since the cached build"), done.stdout
+        seen.append(done.stderr.strip().splitlines()[-1])
+    assert seen == ["0 ['importlib.metadata']", "0 []"], seen
+    assert len(list((project / "cache" / "installs").glob("*.json"))) == 2  # the test process's and the probe's
+
+
 @pytest.mark.parametrize("change", ["pipeline", "model", "out"])
 def test_each_input_is_part_of_the_key(project: Path, change: str, capsys: pytest.CaptureFixture[str]) -> None:
     if change == "pipeline":

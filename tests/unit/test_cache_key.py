@@ -4,7 +4,11 @@ that missed one would serve a stale build. No TensorFlow: the key is computed fr
 
 from __future__ import annotations
 
+import json
 import shutil
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +30,15 @@ unlisted: {source: ME}
 ops:
   FULLY_CONNECTED: {source: ME}
 """
+
+
+@pytest.fixture(autouse=True)
+def facts_worked_out_every_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests change a version or a source under a running process (which never happens outside them):
+    the installation's facts are then worked out for each key, not read from the memo an earlier key kept
+    (the memo's own tests are at the end)."""
+    monkeypatch.setattr(cache_module, "install_facts",
+                        lambda root: cache_module._computed_facts(cache_module._PACKAGE_INSTALLED))
 
 
 @pytest.fixture
@@ -132,3 +145,102 @@ def test_the_libraries_that_decode_and_write_are_read_from_the_installed_package
     import importlib.metadata as md
 
     assert cache_module.library_versions()[library] == md.version(library)
+
+
+# -- the installation's facts, kept once per installation ------------------------------------------------
+
+
+@pytest.fixture
+def fresh_memo(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """The real install_facts (not the fixture above), its per-process copy cleared; a folder on sys.path
+    standing for site-packages (what pip changes when it installs)."""
+    monkeypatch.undo()
+    monkeypatch.setattr(cache_module, "install_facts", INSTALL_FACTS)
+    cache_module._kept_facts.cache_clear()
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    monkeypatch.setattr(sys, "path", [*sys.path, str(site)])
+    yield site
+    cache_module._kept_facts.cache_clear()
+
+
+INSTALL_FACTS = cache_module.install_facts
+
+
+def test_the_facts_are_worked_out_once_per_installation_and_kept(project: Path, fresh_memo: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first key works the facts out and keeps them in <cache>/installs/<fingerprint>.json (written whole);
+    a later process (the per-process copy cleared) reads them back without reading a version or a source, and
+    gets the same key."""
+    first = _key(project)
+    (memo,) = (project / "cache" / "installs").iterdir()
+    assert memo.name == f"{cache_module.install_fingerprint()}.json"
+    kept = json.loads(memo.read_text())
+    assert kept["edgeconv_sources"] == cache_module.sources_sha256(PACKAGE)
+    assert kept["toolchain"] == installed_toolchain() and kept["libraries"] == cache_module.library_versions()
+    assert not [p for p in memo.parent.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+    cache_module._kept_facts.cache_clear()
+
+    def not_again(*_: object) -> dict[str, object]:
+        raise AssertionError("worked out again")
+
+    monkeypatch.setattr(cache_module, "_computed_facts", not_again)
+    assert _key(project) == first
+
+
+def test_installing_something_changes_the_key_through_the_memo(project: Path, fresh_memo: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """pip upgrading a library replaces its .dist-info folder in site-packages: the folder's modification time
+    moves, the fingerprint with it, and the new versions are read (a stale memo never serves an old build)."""
+    first = _key(project)
+    versions = {**cache_module.library_versions(), "h5py": "0.0.0-upgraded"}
+    monkeypatch.setattr(cache_module, "library_versions", lambda: versions)
+    cache_module._kept_facts.cache_clear()
+    assert _key(project) == first  # nothing installed: the memo stands
+    time.sleep(0.01)
+    (fresh_memo / "h5py-0.0.0.dist-info").mkdir()
+    cache_module._kept_facts.cache_clear()
+    assert _key(project) != first
+    assert len(list((project / "cache" / "installs").iterdir())) == 2
+
+
+def test_editing_an_edgeconv_source_changes_the_fingerprint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    copy = tmp_path / "edgeconv"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(cache_module, "_PACKAGE_INSTALLED", copy)
+    before = cache_module.install_fingerprint()
+    assert cache_module.install_fingerprint() == before
+    (copy / "__pycache__").mkdir()
+    (copy / "__pycache__" / "x.pyc").write_bytes(b"compiled")  # bytecode is not a source
+    assert cache_module.install_fingerprint() == before
+    with (copy / "targets" / "data" / "edgetpu.yaml").open("a") as f:
+        f.write("\n")
+    assert cache_module.install_fingerprint() != before
+
+
+@pytest.mark.parametrize("memo", [
+    "{", "[]", '{"fingerprint": "FP"}',
+    '{"fingerprint": "other", "toolchain": {}, "libraries": {}, "edgeconv_sources": "' + "a" * 64 + '"}',
+    '{"fingerprint": "FP", "toolchain": {"tensorflow": 2}, "libraries": {}, "edgeconv_sources": "' + "a" * 64 + '"}',
+    '{"fingerprint": "FP", "toolchain": {}, "libraries": {}, "edgeconv_sources": "not a digest"}',
+])
+def test_a_memo_that_is_not_one_is_worked_out_again(project: Path, fresh_memo: Path, memo: str) -> None:
+    """A truncated, foreign-shaped or mislabelled memo is not read: the facts are worked out and the memo
+    rewritten."""
+    first = _key(project)
+    (path,) = (project / "cache" / "installs").iterdir()
+    path.write_text(memo.replace("FP", path.stem))
+    cache_module._kept_facts.cache_clear()
+    assert _key(project) == first
+    assert json.loads(path.read_text())["fingerprint"] == path.stem
+
+
+def test_a_cache_folder_that_cannot_be_written_still_gives_the_key(project: Path, fresh_memo: Path) -> None:
+    (project / "cache").mkdir()
+    (project / "cache" / "installs").write_text("a file where the folder goes")
+    first = _key(project)
+    cache_module._kept_facts.cache_clear()
+    assert _key(project) == first
+    assert (project / "cache" / "installs").read_text() == "a file where the folder goes"
+    assert sorted(p.name for p in (project / "cache").iterdir()) == ["installs"]

@@ -60,6 +60,27 @@ def test_a_dead_writers_staging_folder_goes_after_a_day(tmp_path: Path, age: flo
     assert staging.exists() is not removed
 
 
+@pytest.mark.parametrize(("age_days", "removed"), [(30.0, False), (30.0 + 1 / DAY, True)])
+def test_an_installations_facts_go_when_unused_for_the_age(tmp_path: Path, age_days: float, removed: bool) -> None:
+    """<cache>/installs/<fingerprint>.json (an installation's versions and sources digest, cache.install_facts)
+    goes as an entry does; a file there that is a link, and what is not a memo, stay."""
+    installs = tmp_path / "installs"
+    installs.mkdir()
+    memo = installs / ("f" * 64 + ".json")
+    memo.write_text("{}")
+    os.utime(memo, (NOW - age_days * DAY, NOW - age_days * DAY))
+    (tmp_path / "elsewhere.json").write_text("keep")
+    os.utime(tmp_path / "elsewhere.json", (NOW - 400 * DAY, NOW - 400 * DAY))
+    (installs / ("e" * 64 + ".json")).symlink_to(tmp_path / "elsewhere.json")
+    os.utime(installs / ("e" * 64 + ".json"), (NOW - 400 * DAY, NOW - 400 * DAY), follow_symlinks=False)
+    (installs / "notes.txt").write_text("x")
+    os.utime(installs / "notes.txt", (NOW - 400 * DAY, NOW - 400 * DAY))
+    prune(tmp_path, parse_age("30d"), now=NOW)
+    assert memo.exists() is not removed
+    assert (installs / ("e" * 64 + ".json")).is_symlink() and (tmp_path / "elsewhere.json").read_text() == "keep"
+    assert (installs / "notes.txt").exists()
+
+
 def test_nothing_but_entries_is_touched(tmp_path: Path) -> None:
     """A folder whose name is not a key of its shard, a file, and a link to a folder elsewhere stay."""
     elsewhere = tmp_path / "elsewhere"
