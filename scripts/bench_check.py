@@ -9,8 +9,11 @@ weights) with edgeconv once, then, side by side in one run, times:
   - edgeconv.check() in-process,
   - tf.lite.experimental.Analyzer.analyze(model_path=...) in-process (TensorFlow already imported),
   - a fresh process that imports TensorFlow and runs the Analyzer (its real CLI cost),
-  - the floor: a fresh process that only reads the .tflite with edgeconv's reader and lists its op types.
-Fresh processes are timed by wall clock and by CPU (user + system of the child), the variants taking turns.
+  - two floors, fresh processes that only read the .tflite and list its op types: with edgeconv's reader
+    (struct over the bytes, no NumPy), and with flatc's generated reader (``ai_edge_litert.schema_py_generated``,
+    flatbuffers and NumPy: what a script that lists ops without edgeconv runs).
+Fresh processes are timed by wall clock and by CPU (user + system of the child), the variants taking turns;
+the Analyzer's fresh process is also timed by CPU against `edgeconv check` (``--analyzer-cpu-runs``).
 ``--model M.tflite`` checks that model instead of building one (no TensorFlow needed for the fresh-process rows).
 """
 
@@ -62,6 +65,14 @@ def cpu_of(command: list[str]) -> tuple[float, float]:
 
 FLOOR = ("import sys; from edgeconv.converters.tflite_reader import read_tflite; "
          "print(sorted({op.type for op in read_tflite(sys.argv[1]).ops}))")
+FLATC_FLOOR = ("import sys; from ai_edge_litert import schema_py_generated as s\n"
+               "m = s.Model.GetRootAs(open(sys.argv[1], 'rb').read(), 0)\n"
+               "names = {v: k for k, v in vars(s.BuiltinOperator).items() if not k.startswith('_')}\n"
+               "codes = [m.OperatorCodes(i) for i in range(m.OperatorCodesLength())]\n"
+               "kinds = [names[max(c.BuiltinCode(), c.DeprecatedBuiltinCode())] for c in codes]\n"
+               "print(sorted({kinds[g.Operators(o).OpcodeIndex()] for g in (m.Subgraphs(j) for j in "
+               "range(m.SubgraphsLength())) for o in range(g.OperatorsLength())}))")
+ANALYZER = "import sys, tensorflow as tf; tf.lite.experimental.Analyzer.analyze(model_path=sys.argv[1])"
 
 
 def timed(fn, repeat: int) -> list[float]:  # type: ignore[no-untyped-def]
@@ -77,6 +88,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--model", type=Path, help="an int8 .tflite to check instead of building MobileNetV2")
+    parser.add_argument("--analyzer-cpu-runs", type=int, default=3,
+                        help="fresh Analyzer processes timed by CPU, each beside an `edgeconv check` (0: none)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model or build_model(Path(tmp))
@@ -86,12 +99,18 @@ def main() -> None:
         probe = "import sys; from edgeconv.cli import main; main(sys.argv[1:]); assert 'tensorflow' not in sys.modules"
         check_cli = timed(lambda: subprocess.run([sys.executable, "-c", probe, *cli[3:]], check=False,
                                                  capture_output=True), args.repeat)
-        pairs = [(cpu_of(cli), cpu_of([sys.executable, "-c", FLOOR, str(model)])) for _ in range(args.repeat)]
-        check_cpu = [c[1] for c, _ in pairs]
-        floor_cpu = [f[1] for _, f in pairs]
-        print(f"fresh processes, CPU s (median of {args.repeat}, taking turns): edgeconv check "
-              f"{statistics.median(check_cpu):.3f}, the floor (read and list op types) "
-              f"{statistics.median(floor_cpu):.3f}: {statistics.median(check_cpu) / statistics.median(floor_cpu):.2f}x")
+        turns = [(cpu_of(cli)[1], cpu_of([sys.executable, "-c", FLOOR, str(model)])[1],
+                  cpu_of([sys.executable, "-c", FLATC_FLOOR, str(model)])[1]) for _ in range(args.repeat)]
+        check_cpu, floor_cpu, flatc_cpu = (statistics.median(t[i] for t in turns) for i in range(3))
+        print(f"fresh processes, CPU s (median of {args.repeat}, taking turns): edgeconv check {check_cpu:.3f}; "
+              f"reading and listing op types with edgeconv's reader {floor_cpu:.3f} ({check_cpu / floor_cpu:.2f}x), "
+              f"with flatc's generated reader {flatc_cpu:.3f} ({check_cpu / flatc_cpu:.2f}x)")
+        if args.analyzer_cpu_runs:
+            runs = [(cpu_of(cli)[1], cpu_of([sys.executable, "-c", ANALYZER, str(model)])[1])
+                    for _ in range(args.analyzer_cpu_runs)]
+            mine, theirs = (statistics.median(r[i] for r in runs) for i in range(2))
+            print(f"fresh processes, CPU s (median of {args.analyzer_cpu_runs}, taking turns): edgeconv check "
+                  f"{mine:.3f}, Analyzer.analyze (imports TF) {theirs:.2f}: {mine / theirs:.3f}x")
         from edgeconv import check
 
         check_lib = timed(lambda: check(model, ["edgetpu", "arm-neon"]), args.repeat)
