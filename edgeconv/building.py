@@ -5,7 +5,7 @@ written whole, its targets checked again on the served .tflite), and otherwise r
 
 A cached rebuild is this module and what it imports: the calibration, the passes, the converter and the
 verification stages are not imported (:mod:`.pipeline`, the build's table of contents, imports them when
-the build runs), and neither is NumPy. ``tests/unit/test_cli_light.py`` holds a served build to that.
+the build runs), and neither is NumPy (``tests/integration/test_cache.py`` holds a served build to that).
 """
 
 from __future__ import annotations
@@ -91,7 +91,9 @@ def cache_key(pipeline: str | Path | PipelineConfig, *, cache: BuildCache, out: 
 
 
 def setup(pipeline: str | Path | PipelineConfig, out: str | Path | None, baseline: str | Path | None, repair: bool,
-           suggest_keep_float: bool) -> tuple[PipelineConfig, Path, list[Target], rm.Report | None]:
+          suggest_keep_float: bool) -> tuple[PipelineConfig, Path, list[Target], rm.Report | None]:
+    """The pipeline (loaded, with the repair search on when ``repair``), its output folder, targets and
+    baseline, each checked before any heavy work."""
     config = pipeline if isinstance(pipeline, PipelineConfig) else load_pipeline(pipeline)
     if repair and not config.repair.enabled:
         from .verify.stage import with_repair
@@ -106,7 +108,7 @@ def setup(pipeline: str | Path | PipelineConfig, out: str | Path | None, baselin
 
 
 def served(config: PipelineConfig, out_dir: Path, targets: list[Target], base: rm.Report | None, cache: BuildCache,
-            suggest_keep_float: bool) -> tuple[str | None, BuildResult | None]:
+           suggest_keep_float: bool) -> tuple[str | None, BuildResult | None]:
     """The build's cache key (None: not cacheable), and the build served from the cache when it holds it."""
     key, why = cache.key(config, out_dir, suggest_keep_float, base)
     if key is None:
@@ -117,7 +119,7 @@ def served(config: PipelineConfig, out_dir: Path, targets: list[Target], base: r
 
 
 def prepare(config: PipelineConfig, out: str | Path | None,
-             baseline: str | Path | None) -> tuple[Path, list[Target], rm.Report | None]:
+            baseline: str | Path | None) -> tuple[Path, list[Target], rm.Report | None]:
     """Before any heavy work: the output folder (not a link, holding no input, one edgeconv may replace), the
     targets and the baseline report, each refused with a clear error."""
     if out is not None or config.output.dir is None:  # output.dir itself was checked with the pipeline

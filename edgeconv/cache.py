@@ -221,6 +221,7 @@ class BuildCache:
 
 _FACTS = ("toolchain", "libraries", "edgeconv_sources")
 INSTALLS = "installs"  # <cache>/installs/<fingerprint>.json: each installation's facts
+MEMO_LIMIT = 1 << 16  # bytes read of one (a few hundred are written)
 
 
 def _computed_facts(package: Path) -> dict[str, Any]:
@@ -270,18 +271,24 @@ def install_facts(root: Path | None) -> dict[str, Any]:
 def _kept_facts(root: Path) -> dict[str, Any]:
     """Once per process and cache folder (nothing is installed under a running edgeconv: what it imported
     is loaded already)."""
+    from .errors import EdgeconvError
+    from .inputs import read_bytes
+
     fingerprint = install_fingerprint()
     memo = root / INSTALLS / f"{fingerprint}.json"
-    with contextlib.suppress(OSError, ValueError):
-        doc = json.loads(memo.read_text(encoding="utf-8"))
-        if _facts_ok(doc, fingerprint):
-            with contextlib.suppress(OSError):
-                os.utime(memo)  # its last use, for `edgeconv cache prune`
-            return {k: doc[k] for k in _FACTS}
+    with contextlib.suppress(OSError, ValueError, EdgeconvError):  # a link, a FIFO, a huge file: not read
+        if not memo.parent.is_symlink() and not memo.is_symlink():
+            doc = json.loads(read_bytes(memo, MEMO_LIMIT))
+            if _facts_ok(doc, fingerprint):
+                with contextlib.suppress(OSError):
+                    os.utime(memo)  # its last use, for `edgeconv cache prune`
+                return {k: doc[k] for k in _FACTS}
     facts = _computed_facts(_PACKAGE_INSTALLED)
     temp = None
     try:  # best effort: a memo that cannot be written costs the next build a few milliseconds
         memo.parent.mkdir(parents=True, exist_ok=True)
+        if memo.parent.is_symlink():
+            raise OSError(0, f"{memo.parent} is a link")
         fd, temp = tempfile.mkstemp(prefix=".memo-", dir=memo.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump({"fingerprint": fingerprint, **facts}, f, sort_keys=True)
@@ -408,7 +415,8 @@ def prune(root: Path, older_than_s: float, now: float | None = None) -> Pruned:
             removed, removed_bytes = removed + 1, removed_bytes + entry.bytes
         else:
             kept, kept_bytes = kept + 1, kept_bytes + entry.bytes
-    for memo in (root / INSTALLS).glob("*.json") if (root / INSTALLS).is_dir() else []:
+    installs = root / INSTALLS
+    for memo in installs.glob("*.json") if installs.is_dir() and not installs.is_symlink() else []:
         with contextlib.suppress(OSError):  # an installation's facts not used for as long: worked out again
             if now - memo.lstat().st_mtime > older_than_s and not memo.is_symlink():
                 memo.unlink()

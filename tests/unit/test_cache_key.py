@@ -5,6 +5,7 @@ that missed one would serve a stale build. No TensorFlow: the key is computed fr
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -244,3 +245,40 @@ def test_a_cache_folder_that_cannot_be_written_still_gives_the_key(project: Path
     assert _key(project) == first
     assert (project / "cache" / "installs").read_text() == "a file where the folder goes"
     assert sorted(p.name for p in (project / "cache").iterdir()) == ["installs"]
+
+
+@pytest.mark.parametrize("planted", ["fifo", "huge", "link"])
+def test_a_planted_memo_is_not_read_and_nothing_waits(project: Path, fresh_memo: Path, tmp_path: Path,
+                                                      planted: str) -> None:
+    """A cache folder shared with others (EDGECONV_CACHE_SHARED=1) may hold what they put there: a FIFO where the
+    memo goes (reading it would wait forever), a file too large to be one, a link to a file elsewhere. None
+    is read (the facts are worked out: the same key), and the link's target is not touched."""
+    first = _key(project)
+    (path,) = (project / "cache" / "installs").iterdir()
+    kept = path.read_text()
+    path.unlink()
+    elsewhere = tmp_path / "elsewhere.json"
+    if planted == "fifo":
+        os.mkfifo(path)
+    elif planted == "huge":
+        path.write_text(kept[:-1] + " " * cache_module.MEMO_LIMIT + "}")
+    else:
+        elsewhere.write_text(kept)
+        os.utime(elsewhere, (1e9, 1e9))
+        path.symlink_to(elsewhere)
+    cache_module._kept_facts.cache_clear()
+    assert _key(project) == first
+    if planted == "link":
+        assert elsewhere.read_text() == kept and elsewhere.stat().st_mtime == 1e9  # not read as a use either
+
+
+def test_an_installs_folder_that_is_a_link_is_neither_read_nor_written(project: Path, fresh_memo: Path,
+                                                                         tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (project / "cache").mkdir()
+    (project / "cache" / "installs").symlink_to(elsewhere, target_is_directory=True)
+    first = _key(project)
+    assert list(elsewhere.iterdir()) == []
+    cache_module._kept_facts.cache_clear()
+    assert _key(project) == first

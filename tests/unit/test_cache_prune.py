@@ -81,6 +81,17 @@ def test_an_installations_facts_go_when_unused_for_the_age(tmp_path: Path, age_d
     assert (installs / "notes.txt").exists()
 
 
+def test_an_installs_folder_that_is_a_link_is_not_pruned_through(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "old.json").write_text("{}")
+    os.utime(elsewhere / "old.json", (NOW - 400 * DAY, NOW - 400 * DAY))
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "installs").symlink_to(elsewhere, target_is_directory=True)
+    prune(tmp_path / "cache", DAY, now=NOW)
+    assert (elsewhere / "old.json").exists()
+
+
 def test_nothing_but_entries_is_touched(tmp_path: Path) -> None:
     """A folder whose name is not a key of its shard, a file, and a link to a folder elsewhere stay."""
     elsewhere = tmp_path / "elsewhere"
