@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from .converters.tflite_reader import TensorInfo, TFLiteModel
-from .ir import source_layers
 from .targets.checker import OpResult, TargetResult
 from .targets.parameter_memory import memory_line
 from .targets.target import Effect, Placement, Target
@@ -62,6 +61,8 @@ def op_layers(result: OpResult, layers: Sequence[str]) -> list[str]:
     """Source layers of an op: from its output names, else from its weights (a model output
     is named after the signature, its weights after their layer), else from its other
     inputs (a QUANTIZE/DEQUANTIZE the converter added is named after its neighbour)."""
+    from .ir import source_layers  # a build's (layer names come from its graph); `check` has none
+
     op = result.op
     inputs = [t for t in op.inputs if t is not None]
     for tensors in (op.outputs, [t for t in inputs if t.constant], [t for t in inputs if not t.constant]):

@@ -8,13 +8,10 @@ Vela's own reason. Its summary CSV gives the SRAM, flash, cycle and time estimat
 
 from __future__ import annotations
 
-import csv
 import importlib.util
 import math
 import re
-import subprocess
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -71,6 +68,8 @@ def _estimates(out_dir: Path) -> dict[str, float]:
     if not summaries:
         return {}
     with summaries[0].open() as f:
+        import csv
+
         row = next(csv.DictReader(f), {})
     # Nothing on the NPU: Vela's 0 cycles give 0 s per inference and NaN inferences per second (0/0). An
     # estimate that is not a number is left out (report.json is strict JSON; the other estimates stand).
@@ -94,6 +93,9 @@ def _vela_message(log: str) -> str:
 
 
 def place_with_vela(model: TFLiteModel, target: Target) -> TargetResult:
+    import subprocess
+    import tempfile
+
     from .checker import OpResult, TargetResult, Violation
     from .cost import op_cost
     from .target import OpStatus

@@ -4,7 +4,6 @@ an ``.npz``, stored or compressed), never the whole array."""
 
 from __future__ import annotations
 
-import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar
@@ -91,6 +90,8 @@ class NpzSource(Source):
 
     def open(self, cfg: DataConfig, inputs: Sequence[TensorSpec], base_dir: Path) -> Reader:
         assert cfg.path is not None
+        import zipfile
+
         shown = rel(cfg.path)
         try:
             archive = zipfile.ZipFile(cfg.path)
