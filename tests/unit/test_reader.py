@@ -298,3 +298,15 @@ def test_reading_and_checking_a_model_imports_neither_numpy_nor_flatbuffers() ->
     assert json.loads(verdicts) == json.loads(json.dumps([check(p, targets).to_json() for p in paths]))
     ops = {op.type for p in paths for op in read_tflite(p).ops}
     assert {"PAD", "MEAN", "STRIDED_SLICE", "CONCATENATION"} <= ops, ops
+
+
+def test_a_string_that_runs_past_the_end_is_refused_not_cut() -> None:
+    """A tensor name whose length runs past the end of the file: flatc's reader returned the bytes up to the
+    end (a cut name); this one refuses the file, as TFLite's verifier does."""
+    data = (DATA / "conv2d-relu.int8.tflite").read_bytes()
+    name = read_tflite(DATA / "conv2d-relu.int8.tflite").main.tensors[0].name.encode()
+    at = data.index(len(name).to_bytes(4, "little") + name)
+    broken = data[:at] + (len(data)).to_bytes(4, "little") + data[at + 4:]
+    with pytest.raises(ModelFileError, match=r"^m\.tflite: corrupt or truncated TFLite flatbuffer \(ValueError: string "
+                       r"'name' runs past the end of the file\)$"):
+        parse_tflite(broken, "m.tflite")
