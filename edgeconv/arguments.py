@@ -6,6 +6,7 @@ Parsing only: :mod:`edgeconv.cli` calls the library with what was parsed.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +46,14 @@ def _op_names(prefix: str, **_: Any) -> list[str]:
     return sorted(n for n in BUILTIN_OP_NAMES if n.startswith(prefix.upper()))
 
 
-def parser() -> argparse.ArgumentParser:
-    """edgeconv's argument parser: a sub-command each, -q/-v on every one."""
+def parser(command: str | None = None) -> argparse.ArgumentParser:
+    """edgeconv's argument parser: a sub-command each, -q/-v on every one.
+
+    With ``command`` (the command being run), only that command's parser gets its arguments; the others are
+    their names and help lines (argparse makes a help formatter for every argument it is given: building
+    every command's took 12-16 ms of each run, more than `edgeconv check` spends on its checks). An unknown
+    command is refused with every name, as with the whole parser; ``edgeconv --help`` and shell completion
+    get the whole parser."""
     top = argparse.ArgumentParser(
         prog="edgeconv",
         description="Convert TensorFlow/Keras models to gated INT8 .tflite for edge targets.",
@@ -62,72 +69,82 @@ def parser() -> argparse.ArgumentParser:
                           help="also print debug lines, and the log lines of the tools edgeconv runs "
                                "(TensorFlow, LiteRT, Model Explorer) that are otherwise kept out")
 
-    def command(name: str, **kwargs: Any) -> argparse.ArgumentParser:
-        return sub.add_parser(name, parents=[common], **kwargs)
+    def add(name: str, text: str, arguments: Callable[[argparse.ArgumentParser], None], *, flags: bool = True) -> None:
+        """Command ``name`` (``flags``: it takes -q/-v itself, not only its actions)."""
+        if command is not None and name != command:
+            sub.add_parser(name, help=text)
+            return
+        arguments(sub.add_parser(name, help=text, parents=[common] if flags else []))
 
-    _build_arguments(command("build", help="run pipelines: convert, quantize, check, write the output folders"))
+    def validate(v: argparse.ArgumentParser) -> None:
+        pipelines = _arg(v, "pipelines", type=Path, nargs="+", metavar="PIPELINE")
+        pipelines.completer = _files(".yaml", ".yml")
+        v.add_argument("--no-files", action="store_true",
+                       help="the model and data files may be absent (fetched later in CI from DVC, LFS or a "
+                       "bucket): check everything else (target files are still read)")
 
-    v = command("validate", help="validate pipeline files (no TensorFlow needed)")
-    pipelines = _arg(v, "pipelines", type=Path, nargs="+", metavar="PIPELINE")
-    pipelines.completer = _files(".yaml", ".yml")
-    v.add_argument("--no-files", action="store_true",
-                   help="the model and data files may be absent (fetched later in CI from DVC, LFS or a bucket): "
-                   "check everything else (target files are still read)")
+    def targets(t: argparse.ArgumentParser) -> None:
+        tsub = t.add_subparsers(dest="action", required=True)
+        tsub.add_parser("list", parents=[common], help="list built-in targets")
+        show = tsub.add_parser("show", parents=[common],
+                               help="print a target's rules as text, each rule once with the ops it applies to")
+        _arg(show, "name").completer = _target_names
+        _arg(show, "--op", metavar="NAME", help="only the rules of this op (e.g. CONV_2D), with their full ids"
+             ).completer = _op_names
 
-    _check_arguments(command("check", help="check a .tflite against targets, or list an .onnx model's ops (no "
-                                            "TensorFlow needed)"))
+    def passes(p: argparse.ArgumentParser) -> None:
+        p.add_subparsers(dest="action", required=True).add_parser("list", parents=[common], help="list passes")
 
-    _diff_arguments(command("diff", help="what changed between two builds (two report.json files or output "
-                                          "folders)"))
+    def reference(r: argparse.ArgumentParser) -> None:
+        _arg(r, "model", type=Path, help="a full-integer .tflite").completer = _files(".tflite")
+        _arg(r, "--inputs", type=Path, required=True, metavar="NPZ",
+             help="an .npz with an array per model input (first axis: samples; float arrays are quantized with "
+                  "the input's scale)").completer = _files(".npz")
+        r.add_argument("--sample", type=int, default=0, metavar="K", help="which sample of the .npz (default 0)")
+        r.add_argument("--out", type=Path, required=True, metavar="DIR",
+                       help="folder for tensors.npz, trace.json and trace.md (replaced whole)")
 
-    t = sub.add_parser("targets", help="list the built-in targets or show one target's rules")
-    tsub = t.add_subparsers(dest="action", required=True)
-    tsub.add_parser("list", parents=[common], help="list built-in targets")
-    show = tsub.add_parser("show", parents=[common],
-                           help="print a target's rules as text, each rule once with the ops it applies to")
-    _arg(show, "name").completer = _target_names
-    _arg(show, "--op", metavar="NAME", help="only the rules of this op (e.g. CONV_2D), with their full ids"
-    ).completer = _op_names
+    def cache(c: argparse.ArgumentParser) -> None:
+        csub = c.add_subparsers(dest="action", required=True)
+        for action, text in (("stats", "how many entries the cache holds, their size and their oldest and newest "
+                                       "use"),
+                             ("prune", "remove the entries not stored or served for a while (and what writers "
+                                       "that died left)")):
+            a = csub.add_parser(action, parents=[common], help=text)
+            a.add_argument("--cache-dir", metavar="DIR|URL",
+                           help="build cache folder, or a remote one (s3://bucket/prefix, gs://...) (default: "
+                                "$EDGECONV_CACHE_DIR, else ~/.cache/edgeconv)")
+            if action == "prune":
+                a.add_argument("--older-than", required=True, metavar="AGE",
+                               help="remove the entries not used for this long: 30d, 12h, 90m, 45s")
 
-    p = sub.add_parser("passes", help="list the graph passes")
-    p.add_subparsers(dest="action", required=True).add_parser("list", parents=[common], help="list passes")
+    def summary(m: argparse.ArgumentParser) -> None:
+        _arg(m, "results", type=Path, nargs="+", metavar="RESULTS",
+             help="results files of every job (edgeconv build --shard K/N --results-json)"
+             ).completer = _files(".json")
+        m.add_argument("--junit", type=Path, metavar="PATH", help="write JUnit XML of every pipeline")
+        m.add_argument("--summary", type=Path, metavar="PATH",
+                       help="write the Markdown summary; on GitHub Actions it is also appended to "
+                            "$GITHUB_STEP_SUMMARY")
 
-    _view_arguments(command("view", help="open a build (or a .tflite) in Model Explorer with each target's verdict "
-                                          "and the per-op quantization error on the graph (needs the view extra)"))
+    def schema(s: argparse.ArgumentParser) -> None:
+        s.add_argument("which", choices=("pipeline", "report"))
 
-    r = command("reference", help="compute a full-integer .tflite by hand (NumPy, as TFLite's reference kernels) "
-                                  "and write every tensor and each op's arithmetic (no TensorFlow needed)")
-    _arg(r, "model", type=Path, help="a full-integer .tflite").completer = _files(".tflite")
-    _arg(r, "--inputs", type=Path, required=True, metavar="NPZ",
-         help="an .npz with an array per model input (first axis: samples; float arrays are quantized with the "
-              "input's scale)").completer = _files(".npz")
-    r.add_argument("--sample", type=int, default=0, metavar="K", help="which sample of the .npz (default 0)")
-    r.add_argument("--out", type=Path, required=True, metavar="DIR",
-                   help="folder for tensors.npz, trace.json and trace.md (replaced whole)")
-
-    c = sub.add_parser("cache", help="what the build cache holds, and removing the entries no build used lately")
-    csub = c.add_subparsers(dest="action", required=True)
-    for action, text in (("stats", "how many entries the cache holds, their size and their oldest and newest use"),
-                         ("prune", "remove the entries not stored or served for a while (and what writers that "
-                                   "died left)")):
-        a = csub.add_parser(action, parents=[common], help=text)
-        a.add_argument("--cache-dir", metavar="DIR|URL",
-                       help="build cache folder, or a remote one (s3://bucket/prefix, gs://...) (default: "
-                            "$EDGECONV_CACHE_DIR, else ~/.cache/edgeconv)")
-        if action == "prune":
-            a.add_argument("--older-than", required=True, metavar="AGE",
-                           help="remove the entries not used for this long: 30d, 12h, 90m, 45s")
-
-    m = command("summary", help="merge the --results-json of a job matrix's builds into one verdict: the table, "
-                                "JUnit, the Markdown summary and the exit code of the worst build")
-    _arg(m, "results", type=Path, nargs="+", metavar="RESULTS",
-         help="results files of every job (edgeconv build --shard K/N --results-json)").completer = _files(".json")
-    m.add_argument("--junit", type=Path, metavar="PATH", help="write JUnit XML of every pipeline")
-    m.add_argument("--summary", type=Path, metavar="PATH",
-                   help="write the Markdown summary; on GitHub Actions it is also appended to $GITHUB_STEP_SUMMARY")
-
-    s = command("schema", help="print the JSON Schema of the pipeline file or the report")
-    s.add_argument("which", choices=("pipeline", "report"))
+    add("build", "run pipelines: convert, quantize, check, write the output folders", _build_arguments)
+    add("validate", "validate pipeline files (no TensorFlow needed)", validate)
+    add("check", "check a .tflite against targets, or list an .onnx model's ops (no TensorFlow needed)",
+        _check_arguments)
+    add("diff", "what changed between two builds (two report.json files or output folders)", _diff_arguments)
+    add("targets", "list the built-in targets or show one target's rules", targets, flags=False)
+    add("passes", "list the graph passes", passes, flags=False)
+    add("view", "open a build (or a .tflite) in Model Explorer with each target's verdict and the per-op "
+                "quantization error on the graph (needs the view extra)", _view_arguments)
+    add("reference", "compute a full-integer .tflite by hand (NumPy, as TFLite's reference kernels) and write "
+                     "every tensor and each op's arithmetic (no TensorFlow needed)", reference)
+    add("cache", "what the build cache holds, and removing the entries no build used lately", cache, flags=False)
+    add("summary", "merge the --results-json of a job matrix's builds into one verdict: the table, JUnit, the "
+                   "Markdown summary and the exit code of the worst build", summary)
+    add("schema", "print the JSON Schema of the pipeline file or the report", schema)
     return top
 
 

@@ -61,8 +61,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parse_and_main(argv: Sequence[str] | None) -> int:
     from .arguments import parser as make_parser
 
-    parser = make_parser()
-    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (eval "$(register-python-argcomplete edgeconv)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    completing = "_ARGCOMPLETE" in os.environ
+    # Only the command being run gets its arguments built (not for --help, --version or completion).
+    parser = make_parser(argv[0] if argv and not argv[0].startswith("-") and not completing else None)
+    if completing:  # the shell asks for completions (eval "$(register-python-argcomplete edgeconv)")
         import argcomplete
 
         argcomplete.autocomplete(parser)  # prints the completions and exits

@@ -43,6 +43,37 @@ def test_every_command_takes_q_and_v_and_refuses_both(command: list[str], capsys
     assert "argument -v/--verbose: not allowed with argument -q/--quiet" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", _leaves(), ids=" ".join)
+def test_the_parser_built_for_one_command_is_the_whole_parsers_for_it(command: list[str],
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI builds only the command being run (argparse's help formatter for every argument of every
+    command cost 12-16 ms a run): that command's help and what it parses are the whole parser's, and every
+    other command is a bare name."""
+    import argparse
+
+    helps = []
+    for parser in (_parser(), _parser(command[0])):
+        with pytest.raises(SystemExit):
+            parser.parse_args([*command, "--help"])
+        helps.append(capsys.readouterr().out)
+        with pytest.raises(SystemExit):
+            parser.parse_args([*command, "-q", "--no-such-option"])
+        helps.append(capsys.readouterr().err)
+    assert helps[0] == helps[2] and helps[1] == helps[3]
+    (commands,) = [a for a in _parser(command[0])._actions if isinstance(a, argparse._SubParsersAction)]
+    bare = {name for name, child in commands.choices.items() if [a.dest for a in child._actions] == ["help"]}
+    assert bare == set(commands.choices) - {command[0]}
+
+
+def test_an_unknown_command_is_refused_with_every_name(capsys: pytest.CaptureFixture[str]) -> None:
+    said = []
+    for parser in (_parser(), _parser("bild")):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["bild", "pipeline.yaml"])
+        said.append(capsys.readouterr().err)
+    assert said[0] == said[1] and "invalid choice: 'bild' (choose from 'build', 'validate', 'check'" in said[0]
+
+
 def test_validate_q_prints_nothing_for_valid_files_and_still_names_errors(tmp_path: Path,
                                                                           capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", "-q", str(REPO / "pipeline.yaml")]) == 0
