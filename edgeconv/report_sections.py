@@ -12,10 +12,11 @@ from typing import Literal, TypedDict
 from . import report
 from . import report_model as rm
 from ._version import __version__
-from .calibration.checks import DataWarning, file_sha256, path_sha256
+from .calibration.checks import DataWarning
 from .calibration.samples import SampleSet
 from .config import PipelineConfig, installed_toolchain
 from .converters.tflite_reader import TFLiteModel
+from .digests import file_sha256, path_sha256
 from .ir import TensorSpec
 from .targets.describe import quantization_line
 from .targets.target import Target

@@ -17,8 +17,6 @@ import numpy as np
 
 from .. import report_model as rm
 from ..converters.tflite_reader import TFLiteModel
-from ..digests import file_sha256 as file_sha256
-from ..digests import path_sha256 as path_sha256
 from .samples import SampleSet
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ def parse_table() -> dict[str, Any]:
 @functools.cache
 def runtime_versions() -> dict[str, dict[int, str]]:
     """(op, version) -> minimum TFLite runtime release, from runtime_versions.yaml (edgeconv's own data), through
-    its JSON twin (targets/compiled.py) while the twin was made from the file as it is."""
+    its JSON twin (targets/twins.py) while the twin was made from the file as it is."""
     from ..twins import COMPILED_DIR, twin_of
 
     data = twin_of(TABLE, COMPILED_DIR / "runtime_versions.json") or parse_table()
