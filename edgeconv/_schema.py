@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import math
 import types
 import typing
@@ -262,12 +263,18 @@ def config_fields(cls: type) -> list[dataclasses.Field[Any]]:
     return [f for f in dataclasses.fields(cls) if f.init]
 
 
+@functools.cache
+def _fields_and_hints(cls: type) -> tuple[dict[str, dataclasses.Field[Any]], dict[str, Any]]:
+    """A config class's settable fields and their resolved types, worked out once per process (resolving
+    the annotations is most of the cost of parsing a pipeline; a zoo parses hundreds)."""
+    return {f.name: f for f in config_fields(cls)}, typing.get_type_hints(cls)
+
+
 def parse_dataclass(cls: type, node: yaml.Node, key: str, ctx: Ctx) -> Any:
     where = key or "top level"
     if not isinstance(node, yaml.MappingNode):
         return ctx.error(node, key, f"expected a mapping, got {_show(node)}")
-    fields = {f.name: f for f in config_fields(cls)}
-    hints = typing.get_type_hints(cls)
+    fields, hints = _fields_and_hints(cls)
     seen: dict[str, yaml.Node] = {}
     values: dict[str, Any] = {}
     for k_node, v_node in node.value:

@@ -25,7 +25,10 @@ shared cache folder); the target checks are redone from the served .tflite, not 
 Give pull requests from forks read-only credentials, or none.
 
 The remote calls run in an event loop of their own that ends with each operation (no thread outlives
-it: the build forks its converter worker only while no other thread runs).
+it: the build forks its converter worker only while no other thread runs). On S3 they go through
+edgeconv's own client (:mod:`edgeconv.cache_s3`: four object calls, no s3fs import) when the environment
+names the credentials and the endpoint or region, as a CI job's does; otherwise, for other stores, and for
+listing a bucket (stats, prune), through fsspec.
 """
 
 from __future__ import annotations
@@ -270,10 +273,11 @@ class RemoteCache(BuildCache):
 
     # -- running them -----------------------------------------------------------------------------------
 
-    def _run(self, work: Callable[[Any], Awaitable[T]]) -> T:
+    def _run(self, work: Callable[[Any], Awaitable[T]], *, listing: bool = False) -> T:
         """``work(fs)`` on this process's connection to the store (an event loop and a client kept between
-        operations, run only during one, with no thread left after it)."""
-        connection = _connection(self.protocol, self.url)
+        operations, run only during one, with no thread left after it); ``listing``: work that lists or
+        removes folders (fsspec's client)."""
+        connection = _connection(self.protocol, self.url, listing=listing)
         return connection.run(work)
 
 
@@ -283,10 +287,12 @@ class _Connection:
     threads it may start (name resolution) are joined before :meth:`run` returns, so a build can still fork
     its converter worker. A forked child makes its own (the parent's sockets are not its to use)."""
 
-    def __init__(self, cls: Any, options: dict[str, Any]) -> None:
+    def __init__(self, cls: Any, options: dict[str, Any], client: Any = None) -> None:
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
-        if cls.async_impl:
+        if client is not None:  # edgeconv's own S3 client (cache_s3)
+            self.fs = client
+        elif cls.async_impl:
             self.fs = cls(asynchronous=True, skip_instance_cache=True, loop=self.loop, **options)
         else:
             from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
@@ -309,6 +315,9 @@ class _Connection:
     def close(self) -> None:
         if self.pid != os.getpid() or self.loop.is_closed():
             return
+        with contextlib.suppress(Exception):
+            if hasattr(self.fs, "close") and not hasattr(self.fs, "set_session"):
+                self.fs.close()  # edgeconv's S3 client: its idle connections
         closing = getattr(self.session, "close", None)
         with contextlib.suppress(Exception):
             if closing is not None:
@@ -318,22 +327,32 @@ class _Connection:
         self.loop.close()
 
 
-_CONNECTIONS: dict[tuple[str, tuple[tuple[str, str], ...], int], _Connection] = {}
+_CONNECTIONS: dict[tuple[str, tuple[tuple[str, str], ...], int, bool], _Connection] = {}
 _INHERITED: list[_Connection] = []  # a forked child's copies of its parent's: kept, never used or closed
 
 
-def _connection(protocol: str, url: str) -> _Connection:
+def _connection(protocol: str, url: str, *, listing: bool = False) -> _Connection:
     """This process's (and thread's: a loop runs in one thread at a time) connection for ``protocol`` and the
-    ``AWS_*`` variables as they are now."""
-    import fsspec
+    ``AWS_*`` variables as they are now. An S3 URL whose environment says everything goes through edgeconv's
+    own client (:mod:`edgeconv.cache_s3`) unless ``listing`` (stats and prune list through s3fs)."""
+    from . import cache_s3
 
-    aws = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
-    ident = (protocol, aws, threading.get_ident())
+    aws = tuple(sorted((k, v) for k, v in os.environ.items()
+                       if k.startswith("AWS_") or k == cache_s3.CLIENT_VARIABLE))
+    own = None if listing or protocol not in ("s3", "s3a") else cache_s3.settings(os.environ)
+    ident = (protocol, aws, threading.get_ident(), own is not None)
     held = _CONNECTIONS.get(ident)
     if held is not None and held.pid == os.getpid():
         return held
     if held is not None:
         _INHERITED.append(held)
+    if own is not None:
+        if not _CONNECTIONS:
+            atexit.register(_close_connections)
+        made = _CONNECTIONS[ident] = _Connection(None, {}, cache_s3.S3Client(own))
+        return made
+    import fsspec
+
     try:
         cls = fsspec.get_filesystem_class(protocol)
     except (ImportError, ValueError) as exc:
@@ -474,7 +493,7 @@ def remote_entries(url: str) -> Listing:
     """Every entry of the remote cache at ``url``, and the uploads no manifest names."""
     cache = RemoteCache(url, Path("."))
     try:
-        return cache._run(lambda fs: _list(cache, fs))
+        return cache._run(lambda fs: _list(cache, fs), listing=True)
     except EdgeconvError:
         raise
     except Exception as exc:
@@ -514,7 +533,7 @@ def remote_prune(url: str, older_than_s: float, now: float | None = None) -> Rem
         return RemotePruned(len(old), sum(e.bytes for e in old), len(kept), sum(e.bytes for e in kept), len(stale))
 
     try:
-        return cache._run(work)
+        return cache._run(work, listing=True)
     except EdgeconvError:
         raise
     except Exception as exc:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     import multiprocessing.context
     import multiprocessing.queues
 
+    from .config import PipelineConfig
     from .console import Display
     from .results import BuildResult
 else:  # the pool's: a build of one pipeline (a cached one above all) does not pay for it
@@ -69,20 +70,21 @@ def expand(patterns: Sequence[str]) -> list[Path]:
     return list(dict.fromkeys(paths))
 
 
-def build_one(path: Path, options: BuildOptions, display: Display | None = None, *, cached_only: bool = False
-              ) -> tuple[Outcome | None, BuildResult | None]:
+def build_one(path: Path, options: BuildOptions, display: Display | None = None, *, cached_only: bool = False,
+              loaded: PipelineConfig | None = None) -> tuple[Outcome | None, BuildResult | None]:
     """One pipeline: its outcome, and the build's result when it built. Its user errors (exit 2) and bugs
     (exit 3, traceback in a crash log) become its outcome, as they would end a single build. ``display``
     shows its progress and log lines; without one, the build prints nothing (the report keeps every
     finding). ``cached_only``: only what needs no TensorFlow (a build served from the cache, a .tflite's
-    checks, a user error); (None, None) when the build must run."""
+    checks, a user error); (None, None) when the build must run. ``loaded``: the pipeline as this run
+    already loaded it from ``path``."""
     from .building import build, from_cache
     from .cache_remote import open_cache
     from .config import load_pipeline
 
     start = time.perf_counter()
     try:
-        config = load_pipeline(path)
+        config = loaded if loaded is not None else load_pipeline(path)
         # edgeconv's own logger, set for this build (not the root logger: a host program's or an earlier
         # build's configuration must not decide what this one prints).
         logger = logging.getLogger("edgeconv")
@@ -173,9 +175,9 @@ def build_many(paths: Sequence[Path], options: BuildOptions, *, jobs: int = 1,
     import concurrent.futures
 
     results: dict[Path, Outcome] = {}
-    _prefetch(paths, options)
+    loaded = _prefetch(paths, options)
     for path in paths:
-        served, _ = build_one(path, options, cached_only=True)
+        served, _ = build_one(path, options, cached_only=True, loaded=loaded.get(path))
         if served is not None:
             results[path] = served
             on_outcome(served)
@@ -208,26 +210,30 @@ def build_many(paths: Sequence[Path], options: BuildOptions, *, jobs: int = 1,
     return [results[p] for p in paths]
 
 
-def _prefetch(paths: Sequence[Path], options: BuildOptions) -> None:
-    """A remote cache's entries for every pipeline fetched at once, before they are served one by one."""
+def _prefetch(paths: Sequence[Path], options: BuildOptions) -> dict[Path, PipelineConfig]:
+    """A remote cache's entries for every pipeline fetched at once, before they are served one by one; the
+    pipelines loaded on the way (served from these, not loaded again)."""
     from .building import cache_key
     from .cache import location
     from .cache_remote import RemoteCache, open_cache
+    from .config import load_pipeline
 
     if caching_off(options) or not isinstance(location(options.cache_dir), str):
-        return
+        return {}
     cache = open_cache(options.cache_dir, options.cache_access)
     assert isinstance(cache, RemoteCache)
-    keys = []
+    keys, loaded = [], {}
     for path in paths:
         try:
-            key = cache_key(path, cache=cache, out=options.out, suggest_keep_float=options.suggest_keep_float,
+            config = loaded[path] = load_pipeline(path)
+            key = cache_key(config, cache=cache, out=options.out, suggest_keep_float=options.suggest_keep_float,
                             baseline=options.baseline, repair=options.repair)
         except Exception:  # a bad pipeline: its build meets the error again and reports it
             continue
         if key is not None:
             keys.append(key)
     cache.prefetch(keys)
+    return loaded
 
 
 def _relay(stages: multiprocessing.queues.SimpleQueue[tuple[str, str, int, int]] | None,

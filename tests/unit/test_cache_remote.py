@@ -38,12 +38,14 @@ FILES = {"m.tflite": b"TFL3" + bytes(range(256)) * 3, "report.json": b'{"verdict
 DAY = 86400.0
 
 
-@pytest.fixture
-def bucket(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A fresh bucket, and the writer's credentials in the environment; its URL."""
+@pytest.fixture(params=["edgeconv", "s3fs"])
+def bucket(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh bucket, and the writer's credentials in the environment; its URL. Each test runs with both S3
+    clients: edgeconv's own (the environment names the credentials and the endpoint) and s3fs."""
     name = s3_server.bucket(f"zoo-{uuid.uuid4().hex[:12]}")
     for var, value in s3_server.env("writer").items():
         monkeypatch.setenv(var, value)
+    monkeypatch.setenv("EDGECONV_S3_CLIENT", "s3fs" if request.param == "s3fs" else "auto")
     yield f"s3://{name}/cache"
 
 
@@ -191,13 +193,16 @@ import os, signal, sys
 from pathlib import Path
 import s3fs
 from edgeconv.cache_remote import RemoteCache
+from edgeconv.cache_s3 import S3Client
 
-real = s3fs.S3FileSystem._pipe_file
-async def killed_before_the_manifest(self, path, data, **kwargs):
-    if "/entries/" in path:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return await real(self, path, data, **kwargs)
-s3fs.S3FileSystem._pipe_file = killed_before_the_manifest
+def killed_before_the_manifest(real):
+    async def pipe_file(self, path, data, **kwargs):
+        if "/entries/" in path:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return await real(self, path, data, **kwargs)
+    return pipe_file
+for client in (s3fs.S3FileSystem, S3Client):
+    client._pipe_file = killed_before_the_manifest(client._pipe_file)
 RemoteCache(sys.argv[1], Path(sys.argv[2])).store(sys.argv[3], Path(sys.argv[4]))
 """
 
