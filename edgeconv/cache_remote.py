@@ -6,7 +6,9 @@ Layout under the URL:
 - ``data/<key>/<upload>.pack``: an entry's files end to end in the order of their names, uploaded first
   under a writer's own random name (one object: a hit is two GETs, not one per file);
 - ``entries/<key>.json``: the manifest, written last and in one request, so a reader sees a whole entry or
-  none: the key, the upload, and every file's sha256 and size (its place in the pack follows);
+  none: the key, the upload, and every file's sha256 and size (its place in the pack follows). An entry
+  of at most :data:`INLINE_LIMIT` bytes travels inside its manifest instead (``INLINE_MAGIC``, the manifest
+  as one line of JSON, a newline, then the pack): one object, one PUT to store it and one GET to serve it;
 - ``used/<key>``: an empty object rewritten when the entry is served (its time is the last use, for
   ``edgeconv cache prune``).
 
@@ -64,6 +66,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 FORMAT = 2  # 2: the files in one pack
+INLINE_FORMAT = 3  # 3: the pack inside the manifest's object
+INLINE_MAGIC = b"edgeconv-cache-entry\n"
+INLINE_LIMIT = 1 << 20  # bytes of files an entry may carry inside its manifest
 MANIFEST_LIMIT = 1 << 20  # bytes read of a manifest; a longer one is not an entry
 ENTRY_LIMIT = 2 << 30  # bytes an entry may hold (the sum of its files' recorded sizes)
 FILES_LIMIT = 10_000
@@ -216,12 +221,12 @@ class RemoteCache(BuildCache):
     # -- one entry ------------------------------------------------------------------------------------
 
     async def _fetch(self, fs: Any, key: str) -> dict[str, bytes] | None:
-        try:
-            raw = await _read(fs, self._manifest(key), MANIFEST_LIMIT)  # an empty one too: refused below, a miss
+        try:  # an empty one too: refused below, a miss
+            raw = await _read(fs, self._manifest(key), len(INLINE_MAGIC) + MANIFEST_LIMIT + 1 + INLINE_LIMIT)
         except FileNotFoundError:
             return None
         try:
-            upload, recorded = _manifest(raw, key)
+            upload, recorded, inline = _entry_object(raw, key)
         except ValueError as exc:
             log.warning("cache: remote entry %s is unreadable (%s); building", key[:12], exc)
             return None
@@ -229,10 +234,14 @@ class RemoteCache(BuildCache):
         total = sum(recorded[name][1] for name in names)
         # The use is recorded (for prune) while the pack is read: best effort, and harmless for a bad entry.
         used = self._record_use(fs, key) if self.access == "read-write" else asyncio.sleep(0)
-        read, _ = await asyncio.gather(_read(fs, self._pack(key, upload), total), used, return_exceptions=True)
-        if isinstance(read, BaseException) and not isinstance(read, FileNotFoundError):
-            raise read
-        pack = read if isinstance(read, bytes) else None
+        if upload is None:
+            await used
+            pack: bytes | None = inline
+        else:
+            read, _ = await asyncio.gather(_read(fs, self._pack(key, upload), total), used, return_exceptions=True)
+            if isinstance(read, BaseException) and not isinstance(read, FileNotFoundError):
+                raise read
+            pack = read if isinstance(read, bytes) else None
         if pack is None or len(pack) != total:
             log.warning("cache: remote entry %s is corrupt (its pack is %s, not %d bytes as recorded); building",
                         key[:12], "missing" if pack is None else f"{len(pack)} bytes", total)
@@ -257,12 +266,17 @@ class RemoteCache(BuildCache):
     async def _publish(self, fs: Any, key: str, files: dict[str, bytes]) -> None:
         if await fs._exists(self._manifest(key)):
             return  # another job stored it first
-        upload = uuid.uuid4().hex
-        await fs._pipe_file(self._pack(key, upload), b"".join(files[name] for name in sorted(files)))
-        manifest = {"format": FORMAT, "key": key, "upload": upload,
-                    "files": {name: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-                              for name, data in sorted(files.items())}}
-        await fs._pipe_file(self._manifest(key), json.dumps(manifest, indent=1).encode())
+        pack = b"".join(files[name] for name in sorted(files))
+        listed = {name: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+                  for name, data in sorted(files.items())}
+        if len(pack) <= INLINE_LIMIT:  # one object: the manifest, its pack after it
+            header = json.dumps({"format": INLINE_FORMAT, "key": key, "files": listed}, separators=(",", ":"))
+            await fs._pipe_file(self._manifest(key), INLINE_MAGIC + header.encode() + b"\n" + pack)
+        else:
+            upload = uuid.uuid4().hex
+            await fs._pipe_file(self._pack(key, upload), pack)
+            manifest = {"format": FORMAT, "key": key, "upload": upload, "files": listed}
+            await fs._pipe_file(self._manifest(key), json.dumps(manifest, indent=1).encode())
         log.info("cache: entry %s stored in %s", key[:12], self.url)
 
     def _pack(self, key: str, upload: str) -> str:
@@ -398,18 +412,35 @@ def _aio_session(aws_env: tuple[tuple[str, str], ...]) -> Any:
     return AioSession()
 
 
-def _manifest(raw: bytes, key: str) -> tuple[str, dict[str, tuple[str, int]]]:
-    """A manifest's upload folder and files (name: (sha256, size)); ValueError when it is not one."""
+def _entry_object(raw: bytes, key: str) -> tuple[str | None, dict[str, tuple[str, int]], bytes | None]:
+    """A manifest object's upload folder (None: the pack is inline), files (name: (sha256, size)) and inline
+    pack (unchecked: the caller checks its size and digests); ValueError when it is not one."""
+    if not raw.startswith(INLINE_MAGIC):
+        return (*_manifest(raw, key), None)
+    header, newline, pack = raw[len(INLINE_MAGIC):].partition(b"\n")
+    if not newline:
+        raise ValueError("its manifest has no end" if len(header) <= MANIFEST_LIMIT
+                         else f"its manifest is over {MANIFEST_LIMIT} bytes")
+    _, recorded = _manifest(header, key, INLINE_FORMAT)
+    if sum(size for _, size in recorded.values()) > INLINE_LIMIT:
+        raise ValueError(f"its inline files add up to over {INLINE_LIMIT} bytes")
+    return None, recorded, pack
+
+
+def _manifest(raw: bytes, key: str, form: int = FORMAT) -> tuple[str, dict[str, tuple[str, int]]]:
+    """A manifest's upload folder ("" for an inline one, ``form`` 3) and files (name: (sha256, size));
+    ValueError when it is not one."""
     if len(raw) > MANIFEST_LIMIT:
         raise ValueError(f"its manifest is over {MANIFEST_LIMIT} bytes")
     try:
         meta = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"its manifest is not JSON: {exc}") from exc
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("key") != key:
+    if not isinstance(meta, dict) or meta.get("format") != form or meta.get("key") != key:
         raise ValueError("its manifest names another key or format")
-    upload, files = meta.get("upload"), meta.get("files")
-    if not isinstance(upload, str) or not _UPLOAD.fullmatch(upload) or not isinstance(files, dict):
+    upload, files = meta.get("upload", ""), meta.get("files")
+    if (not isinstance(upload, str) or not (_UPLOAD.fullmatch(upload) if form == FORMAT else upload == "")
+            or not isinstance(files, dict)):
         raise ValueError("its manifest has no upload folder or file list")
     if not files or len(files) > FILES_LIMIT:
         raise ValueError(f"its manifest lists {len(files)} files")
@@ -436,7 +467,7 @@ def _words(exc: BaseException) -> str:
 @dataclasses.dataclass(frozen=True)
 class RemoteEntry:
     key: str
-    upload: str | None  # None: the manifest is unreadable
+    upload: str | None  # None: the manifest is unreadable; "": the files are inside it
     bytes: int
     last_used: float  # the manifest's or the use marker's time, whichever is newer
 
@@ -467,14 +498,24 @@ async def _list(cache: RemoteCache, fs: Any) -> Listing:
     manifests, used, data = await find("entries"), await find("used"), await find("data")
     keys = {Path(p).name.removesuffix(".json"): info for p, info in manifests.items()
             if _KEY.fullmatch(Path(p).name.removesuffix(".json")) and p.endswith(".json")}
-    raws = await fs._cat([cache._manifest(k) for k in sorted(keys)], on_error="return") if keys else {}
+    ordered = sorted(keys)
+    # Each manifest up to the end of its header (an inline entry's files are not read to list it).
+    head = len(INLINE_MAGIC) + MANIFEST_LIMIT + 1
+    raws = (await fs._cat_ranges([cache._manifest(k) for k in ordered], [0] * len(ordered), [head] * len(ordered),
+                                 on_error="return") if ordered else [])
     uploads: dict[str, str | None] = {}
-    for key in sorted(keys):
-        raw = raws.get(cache._manifest(key))
+    inline: dict[str, int] = {}
+    for key, raw in zip(ordered, raws, strict=True):
+        uploads[key] = None  # unreadable (or missing) until shown otherwise
+        if not isinstance(raw, bytes):
+            continue
         try:
-            uploads[key] = _manifest(raw, key)[0] if isinstance(raw, bytes) else None
+            upload, recorded, _ = _entry_object(raw, key)
         except ValueError:
-            uploads[key] = None
+            continue
+        uploads[key] = "" if upload is None else upload
+        if upload is None:
+            inline[key] = sum(size for _, size in recorded.values())
     sizes: dict[tuple[str, str], tuple[int, float]] = {}
     for path, info in data.items():
         parts = path[len(cache.prefix) + 1:].split("/")
@@ -483,7 +524,7 @@ async def _list(cache: RemoteCache, fs: Any) -> Listing:
             size, newest = sizes.get((parts[1], upload), (0, 0.0))
             sizes[(parts[1], upload)] = (size + int(info.get("size") or 0), max(newest, _stamp(info)))
     marks = {Path(p).name: _stamp(info) for p, info in used.items()}
-    held = [RemoteEntry(k, uploads[k], sizes.get((k, uploads[k] or ""), (0, 0.0))[0],
+    held = [RemoteEntry(k, uploads[k], inline[k] if k in inline else sizes.get((k, uploads[k] or ""), (0, 0.0))[0],
                         max(_stamp(keys[k]), marks.get(k, 0.0))) for k in keys]
     orphans = {ku: v for ku, v in sizes.items() if uploads.get(ku[0]) != ku[1]}
     return Listing(sorted(held, key=lambda e: (e.last_used, e.key)), orphans)

@@ -18,11 +18,15 @@ from typing import Any
 
 import pytest
 
+from edgeconv import cache_remote
 from edgeconv.cache import is_url, location
 from edgeconv.cache_remote import (
     ENTRY_LIMIT,
+    INLINE_LIMIT,
+    INLINE_MAGIC,
     MANIFEST_LIMIT,
     RemoteCache,
+    _entry_object,
     _manifest,
     open_cache,
     remote_entries,
@@ -47,6 +51,15 @@ def bucket(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch, request: pytest
         monkeypatch.setenv(var, value)
     monkeypatch.setenv("EDGECONV_S3_CLIENT", "s3fs" if request.param == "s3fs" else "auto")
     yield f"s3://{name}/cache"
+
+
+@pytest.fixture(params=["inline", "pack"])
+def layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How entries are stored: inside their manifest (small ones, the default) or in a pack of their own
+    (any over INLINE_LIMIT; forced here by a limit below zero)."""
+    if request.param == "pack":
+        monkeypatch.setattr(cache_remote, "INLINE_LIMIT", -1)
+    return str(request.param)
 
 
 def _s3(s3_server: S3Server) -> Any:
@@ -79,11 +92,28 @@ def _stored(url: str, tmp_path: Path, files: dict[str, bytes] = FILES, key: str 
     return cache
 
 
-def _pack_key(s3_server: S3Server, url: str) -> str:
+def _pack_key(s3_server: S3Server, url: str, key: str = KEY) -> str:
     """The object key of the stored entry's pack (its files end to end, in the order of their names)."""
     prefix = url.removeprefix("s3://").partition("/")[2]
-    (found,) = [k for k in _objects(s3_server, url) if k.startswith(f"{prefix}/data/") and k.endswith(".pack")]
+    (found,) = [k for k in _objects(s3_server, url) if k.startswith(f"{prefix}/data/{key}/") and k.endswith(".pack")]
     return found
+
+
+def _change_pack(s3_server: S3Server, url: str, layout: str, change: Any, key: str = KEY) -> None:
+    """Rewrite a stored entry's pack as ``change(pack)`` (None: remove it), where its layout keeps it."""
+    prefix = url.removeprefix("s3://").partition("/")[2]
+    if layout == "pack":
+        where = _pack_key(s3_server, url, key)
+        if change is None:
+            _s3(s3_server).delete_object(Bucket=url.split("/")[2], Key=where)
+        else:
+            _put(s3_server, url, where, change(_objects(s3_server, url)[where]))
+        return
+    where = f"{prefix}/entries/{key}.json"
+    raw = _objects(s3_server, url)[where]
+    assert raw.startswith(INLINE_MAGIC)
+    header, _, pack = raw[len(INLINE_MAGIC):].partition(b"\n")
+    _put(s3_server, url, where, INLINE_MAGIC + header + b"\n" + (b"" if change is None else change(pack)))
 
 
 ORDER = sorted(FILES)  # explorer/overlay.json (2 bytes), m.tflite (772), report.json (19)
@@ -99,22 +129,27 @@ def _flip(at: int) -> Any:
     (_flip(2 + 400), "m.tflite not as recorded"),
     (_flip(len(PACK) - 1), "report.json not as recorded"),
     (lambda pack: pack[: len(pack) // 2], f"its pack is {len(PACK) // 2} bytes, not {len(PACK)} bytes as recorded"),
-    (lambda pack: pack + b"more", f"its pack is {len(PACK) + 1} bytes, not {len(PACK)} bytes as recorded"),
+    # A pack object is read one byte past its record; an inline one up to the manifest's limit.
+    (lambda pack: pack + b"more", {"pack": f"its pack is {len(PACK) + 1} bytes, not {len(PACK)} bytes as recorded",
+                                   "inline": f"its pack is {len(PACK) + 4} bytes, not {len(PACK)} bytes as recorded"}),
     (lambda pack: b"", f"its pack is 0 bytes, not {len(PACK)} bytes as recorded"),
-    (None, f"its pack is missing, not {len(PACK)} bytes as recorded"),
+    (None, {"pack": f"its pack is missing, not {len(PACK)} bytes as recorded",
+            "inline": f"its pack is 0 bytes, not {len(PACK)} bytes as recorded"}),
 ])
 def test_a_remote_pack_not_as_recorded_is_a_miss_and_nothing_is_copied(
-        s3_server: S3Server, bucket: str, tmp_path: Path, caplog: pytest.LogCaptureFixture, change: Any,
-        said: str) -> None:
+        s3_server: S3Server, bucket: str, layout: str, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        change: Any, said: str | dict[str, str]) -> None:
     _stored(bucket, tmp_path)
-    key = _pack_key(s3_server, bucket)
-    assert _objects(s3_server, bucket)[key] == PACK
-    if change is None:
-        _s3(s3_server).delete_object(Bucket=bucket.split("/")[2], Key=key)
-    else:
-        _put(s3_server, bucket, key, change(PACK))
+    prefix = bucket.removeprefix("s3://").partition("/")[2]
+    held = _objects(s3_server, bucket)
+    if layout == "pack":
+        assert held[_pack_key(s3_server, bucket)] == PACK
+    else:  # one object: the manifest, the pack after it
+        assert list(held) == [f"{prefix}/entries/{KEY}.json"] and held[f"{prefix}/entries/{KEY}.json"].endswith(PACK)
+    _change_pack(s3_server, bucket, layout, change)
     reader = RemoteCache(bucket, tmp_path / "fresh")
     assert reader.load(KEY) is None
+    said = said[layout] if isinstance(said, dict) else said
     assert f"cache: remote entry {KEY[:12]} is corrupt ({said}); building" in caplog.messages
     assert not (tmp_path / "fresh").exists() or not any((tmp_path / "fresh").rglob("entry.json"))
 
@@ -146,6 +181,51 @@ def test_a_hostile_manifest_is_refused_with_its_reason(raw: bytes, message: str)
     with pytest.raises(ValueError) as found:
         _manifest(raw, KEY)
     assert str(found.value).startswith(message)
+
+
+def _inline(header: bytes, pack: bytes = b"abc") -> bytes:
+    return INLINE_MAGIC + header + b"\n" + pack
+
+
+def _inline_header(**change: Any) -> bytes:
+    meta: dict[str, Any] = {"format": 3, "key": KEY, "files": {"m.tflite": {"sha256": "a" * 64, "bytes": 3}}}
+    meta.update(change)
+    return json.dumps(meta, separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    (INLINE_MAGIC + _inline_header(), "its manifest has no end"),
+    (INLINE_MAGIC + b" " * (MANIFEST_LIMIT + 1), f"its manifest is over {MANIFEST_LIMIT} bytes"),
+    (_inline(_inline_header(format=2)), "its manifest names another key or format"),
+    (_inline(_manifest_bytes()), "its manifest names another key or format"),  # a pack-layout manifest inline
+    (_inline(_inline_header(key="b" * 64)), "its manifest names another key or format"),
+    (_inline(_inline_header(upload="0" * 32)), "its manifest has no upload folder or file list"),
+    (_inline(_inline_header(files={"../x": {"sha256": "a" * 64, "bytes": 3}})), "a file name leaves the entry: '../x'"),
+    (_inline(_inline_header(files={"m": {"sha256": "a" * 64, "bytes": INLINE_LIMIT + 1}})),
+     f"its inline files add up to over {INLINE_LIMIT} bytes"),
+    (b"edgeconv-cache-entry" + _inline_header(), "its manifest is not JSON"),  # no newline after the magic
+])
+def test_a_hostile_inline_manifest_is_refused_with_its_reason(raw: bytes, message: str) -> None:
+    with pytest.raises(ValueError) as found:
+        _entry_object(raw, KEY)
+    assert str(found.value).startswith(message)
+
+
+def test_an_inline_manifest_gives_its_files_and_pack_unchecked() -> None:
+    assert _entry_object(_inline(_inline_header(), b"abcdef"), KEY) == (None, {"m.tflite": ("a" * 64, 3)}, b"abcdef")
+
+
+@pytest.mark.parametrize(("size", "inline"), [(INLINE_LIMIT, True), (INLINE_LIMIT + 1, False)])
+def test_an_entry_up_to_the_inline_limit_is_one_object(s3_server: S3Server, bucket: str, tmp_path: Path, size: int,
+                                                       inline: bool) -> None:
+    files = {"a.bin": b"a" * (size - 100), "m.tflite": bytes(range(100))}
+    _stored(bucket, tmp_path, files)
+    prefix = bucket.removeprefix("s3://").partition("/")[2]
+    held = _objects(s3_server, bucket)
+    assert sorted(k.split("/")[1] for k in held) == (["entries"] if inline else ["data", "entries"])
+    assert held[f"{prefix}/entries/{KEY}.json"].startswith(INLINE_MAGIC) == inline
+    assert RemoteCache(bucket, tmp_path / "fresh").load(KEY) == files
+    assert [e.bytes for e in remote_entries(bucket).entries] == [size]
 
 
 @pytest.mark.parametrize(("sizes", "ok"), [([ENTRY_LIMIT - 1, 1], True), ([ENTRY_LIMIT, 1], False)])
@@ -192,8 +272,11 @@ _KILLED_WRITER = """
 import os, signal, sys
 from pathlib import Path
 import s3fs
+from edgeconv import cache_remote
 from edgeconv.cache_remote import RemoteCache
 from edgeconv.cache_s3 import S3Client
+
+cache_remote.INLINE_LIMIT = int(sys.argv[5])
 
 def killed_before_the_manifest(real):
     async def pipe_file(self, path, data, **kwargs):
@@ -208,32 +291,33 @@ RemoteCache(sys.argv[1], Path(sys.argv[2])).store(sys.argv[3], Path(sys.argv[4])
 
 
 def test_a_writer_killed_mid_upload_leaves_no_entry_and_prune_removes_its_upload(
-        s3_server: S3Server, bucket: str, tmp_path: Path) -> None:
+        s3_server: S3Server, bucket: str, layout: str, tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     for name, data in FILES.items():
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         (out / name).write_bytes(data)
-    killed = subprocess.run([sys.executable, "-P", "-c", _KILLED_WRITER, bucket, str(tmp_path / "w"), KEY, str(out)],
-                            capture_output=True, text=True, cwd=REPO)
+    killed = subprocess.run([sys.executable, "-P", "-c", _KILLED_WRITER, bucket, str(tmp_path / "w"), KEY, str(out),
+                             str(cache_remote.INLINE_LIMIT)], capture_output=True, text=True, cwd=REPO)
     assert killed.returncode == -9, killed.stderr
     prefix = bucket.removeprefix("s3://").partition("/")[2]
     held = _objects(s3_server, bucket)
-    assert sum(k.startswith(f"{prefix}/data/") for k in held) == 1  # the whole pack, and no manifest
+    # A pack: the whole pack, and no manifest. Inline: nothing (the manifest is the entry's one object).
+    assert sum(k.startswith(f"{prefix}/data/") for k in held) == (layout == "pack")
     assert not any(k.startswith(f"{prefix}/entries/") for k in held)
     assert RemoteCache(bucket, tmp_path / "fresh").load(KEY) is None
     listing = remote_entries(bucket)
-    assert listing.entries == [] and len(listing.orphans) == 1
+    assert listing.entries == [] and len(listing.orphans) == (layout == "pack")
     # A writer after it stores the entry whole; the dead writer's upload goes when it is a day old.
     _stored(bucket, tmp_path)
     assert RemoteCache(bucket, tmp_path / "fresh2").load(KEY) == FILES
     assert remote_prune(bucket, 30 * DAY).staging == 0
-    assert remote_prune(bucket, 30 * DAY, now=time.time() + DAY + 60).staging == 1
+    assert remote_prune(bucket, 30 * DAY, now=time.time() + DAY + 60).staging == (layout == "pack")
     assert RemoteCache(bucket, tmp_path / "fresh3").load(KEY) == FILES
 
 
-def test_writers_racing_on_one_key_leave_one_whole_entry(s3_server: S3Server, bucket: str, tmp_path: Path,
-                                                         caplog: pytest.LogCaptureFixture) -> None:
+def test_writers_racing_on_one_key_leave_one_whole_entry(s3_server: S3Server, bucket: str, layout: str,
+                                                         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     variants = [{name: data + f"-{i}".encode() for name, data in FILES.items()} for i in range(6)]
     with ThreadPoolExecutor(6) as pool:
         writers = list(pool.map(lambda files: _stored(bucket, tmp_path, files), variants))
@@ -294,7 +378,7 @@ def test_a_cache_that_cannot_be_reached_builds_uncached_and_says_so_once(
     assert cache.load(KEY) == {"m.tflite": b"x"}  # the local copy still works
 
 
-def test_stats_and_prune_a_bucket(s3_server: S3Server, bucket: str, tmp_path: Path,
+def test_stats_and_prune_a_bucket(s3_server: S3Server, bucket: str, layout: str, tmp_path: Path,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     _stored(bucket, tmp_path)
     other = hashlib.sha256(b"b").hexdigest()
@@ -370,13 +454,11 @@ def test_an_unknown_protocol_is_a_clear_error(tmp_path: Path, capsys: pytest.Cap
 
 
 def test_prefetch_fetches_every_entry_at_once_and_asks_once_for_a_bad_one(
-        s3_server: S3Server, bucket: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        s3_server: S3Server, bucket: str, layout: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     keys = [hashlib.sha256(f"build {i}".encode()).hexdigest() for i in range(4)]
     for i, key in enumerate(keys[:3]):
         _stored(bucket, tmp_path, {"m.tflite": bytes([i]) * (10 + i)}, key)
-    prefix = bucket.removeprefix("s3://").partition("/")[2]
-    bad = next(k for k in _objects(s3_server, bucket) if k.startswith(f"{prefix}/data/{keys[2]}/"))
-    _put(s3_server, bucket, bad, b"\x09" * 12)
+    _change_pack(s3_server, bucket, layout, lambda pack: b"\x09" * 12, keys[2])
     reader = RemoteCache(bucket, tmp_path / "fresh")
     assert reader.prefetch([*keys, keys[0]]) == 2  # the two good ones; the bad one and the absent one are misses
     assert reader.absent == {keys[2], keys[3]}
