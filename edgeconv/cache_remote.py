@@ -10,7 +10,9 @@ Layout under the URL:
   of at most :data:`INLINE_LIMIT` bytes travels inside its manifest instead (``INLINE_MAGIC``, the manifest
   as one line of JSON, a newline, then the pack): one object, one PUT to store it and one GET to serve it;
 - ``used/<key>``: an empty object rewritten when the entry is served (its time is the last use, for
-  ``edgeconv cache prune``).
+  ``edgeconv cache prune``), unless the entry was stored less than :data:`USE_GRANULARITY_S` before (as
+  the server's answer dates it, where the client reads the dates: edgeconv's S3 client): prune counts
+  every entry as used at least that long after it was stored, so a zoo's hits of the day write nothing.
 
 Every rule of the local cache holds: a file is served only when its bytes have the sha256 and size the
 manifest records (the pack is read up to one byte past its recorded size: a longer one is not read whole), and
@@ -72,6 +74,7 @@ INLINE_LIMIT = 1 << 20  # bytes of files an entry may carry inside its manifest
 MANIFEST_LIMIT = 1 << 20  # bytes read of a manifest; a longer one is not an entry
 ENTRY_LIMIT = 2 << 30  # bytes an entry may hold (the sum of its files' recorded sizes)
 FILES_LIMIT = 10_000
+USE_GRANULARITY_S = 86_400.0  # a hit of an entry younger than this records no use (prune counts it as used)
 OPERATION_TIMEOUT_S = 300.0  # one load, store, probe, listing or prune, whole
 _KEY = re.compile(r"[0-9a-f]{64}")
 _UPLOAD = re.compile(r"[0-9a-f]{32}")
@@ -222,7 +225,7 @@ class RemoteCache(BuildCache):
 
     async def _fetch(self, fs: Any, key: str) -> dict[str, bytes] | None:
         try:  # an empty one too: refused below, a miss
-            raw = await _read(fs, self._manifest(key), len(INLINE_MAGIC) + MANIFEST_LIMIT + 1 + INLINE_LIMIT)
+            raw, age = await _read_dated(fs, self._manifest(key), len(INLINE_MAGIC) + MANIFEST_LIMIT + 1 + INLINE_LIMIT)
         except FileNotFoundError:
             return None
         try:
@@ -233,7 +236,9 @@ class RemoteCache(BuildCache):
         names = sorted(recorded)
         total = sum(recorded[name][1] for name in names)
         # The use is recorded (for prune) while the pack is read: best effort, and harmless for a bad entry.
-        used = self._record_use(fs, key) if self.access == "read-write" else asyncio.sleep(0)
+        # Not for an entry stored within USE_GRANULARITY_S: prune counts it as used until then anyway.
+        fresh = age is not None and 0 <= age < USE_GRANULARITY_S
+        used = self._record_use(fs, key) if self.access == "read-write" and not fresh else asyncio.sleep(0)
         if upload is None:
             await used
             pack: bytes | None = inline
@@ -385,6 +390,21 @@ def _close_connections() -> None:
         connection.close()
 
 
+async def _read_dated(fs: Any, path: str, size: int) -> tuple[bytes, float | None]:
+    """:func:`_read`, and the object's age in seconds as the server dates it (None: the client does not
+    say, or the object is empty)."""
+    dated = getattr(fs, "_cat_file_dated", None)
+    if dated is None or size == 0:
+        return await _read(fs, path, size), None
+    try:
+        got: tuple[bytes, float | None] = await dated(path, start=0, end=size + 1)
+        return got
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+        return await _read(fs, path, size), None
+
+
 async def _read(fs: Any, path: str, size: int) -> bytes:
     """An object, read up to one byte past its recorded ``size``: one longer than its record shows as too
     long without being read whole (FileNotFoundError when it is missing)."""
@@ -470,6 +490,12 @@ class RemoteEntry:
     upload: str | None  # None: the manifest is unreadable; "": the files are inside it
     bytes: int
     last_used: float  # the manifest's or the use marker's time, whichever is newer
+    stored: float = 0.0  # the manifest's time
+
+    def idle_since(self) -> float:
+        """Since when the entry has certainly not been served: its last recorded use, or, for one stored
+        within USE_GRANULARITY_S of a hit (which records none), that long after it was stored."""
+        return max(self.last_used, self.stored + USE_GRANULARITY_S)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -525,7 +551,7 @@ async def _list(cache: RemoteCache, fs: Any) -> Listing:
             sizes[(parts[1], upload)] = (size + int(info.get("size") or 0), max(newest, _stamp(info)))
     marks = {Path(p).name: _stamp(info) for p, info in used.items()}
     held = [RemoteEntry(k, uploads[k], inline[k] if k in inline else sizes.get((k, uploads[k] or ""), (0, 0.0))[0],
-                        max(_stamp(keys[k]), marks.get(k, 0.0))) for k in keys]
+                        max(_stamp(keys[k]), marks.get(k, 0.0)), _stamp(keys[k])) for k in keys]
     orphans = {ku: v for ku, v in sizes.items() if uploads.get(ku[0]) != ku[1]}
     return Listing(sorted(held, key=lambda e: (e.last_used, e.key)), orphans)
 
@@ -552,14 +578,15 @@ class RemotePruned:
 
 def remote_prune(url: str, older_than_s: float, now: float | None = None) -> RemotePruned:
     """Remove the entries not stored or served for ``older_than_s`` seconds (the manifest first: a reader
-    then misses, never sees a partial entry), and uploads no manifest names older than a day."""
+    then misses, never sees a partial entry), and uploads no manifest names older than a day. An entry is
+    kept USE_GRANULARITY_S longer than its store when no use was recorded (:meth:`RemoteEntry.idle_since`)."""
     now = time.time() if now is None else now
     cache = RemoteCache(url, Path("."))
 
     async def work(fs: Any) -> RemotePruned:
         listing = await _list(cache, fs)
-        old = [e for e in listing.entries if now - e.last_used > older_than_s]
-        kept = [e for e in listing.entries if now - e.last_used <= older_than_s]
+        old = [e for e in listing.entries if now - e.idle_since() > older_than_s]
+        kept = [e for e in listing.entries if now - e.idle_since() <= older_than_s]
         stale = [ku for ku, (_, newest) in listing.orphans.items() if now - newest > STAGING_AGE_S]
         manifests = [cache._manifest(e.key) for e in old]
         if manifests:

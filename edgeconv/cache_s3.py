@@ -138,6 +138,15 @@ class S3Client:
         return (await self._call("GET", path, extra={"range": f"bytes={first}-{end - 1}"},
                                  limit=end - first)).body
 
+    async def _cat_file_dated(self, path: str, start: int, end: int) -> tuple[bytes, float | None]:
+        """:meth:`_cat_file`, and the object's age in seconds: the answer's ``Date`` less its
+        ``Last-Modified`` (both the server's clock; None when either is missing or unreadable)."""
+        if end <= start:
+            raise ValueError(f"bad range {start}..{end}")
+        answer = await self._call("GET", path, extra={"range": f"bytes={start}-{end - 1}"}, limit=end - start)
+        now, then = _http_date(answer.headers.get("date")), _http_date(answer.headers.get("last-modified"))
+        return answer.body, (now - then if now is not None and then is not None else None)
+
     async def _info(self, path: str, **_: Any) -> dict[str, Any]:
         answer = await self._call("HEAD", path)
         return {"name": path, "type": "file", "size": int(answer.headers.get("content-length", "0") or 0)}
@@ -267,6 +276,25 @@ def _timed(conn: http.client.HTTPConnection) -> http.client.HTTPConnection:
 
     conn.connect = timed_connect  # type: ignore[method-assign]
     return conn
+
+
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def _http_date(text: str | None) -> float | None:
+    """Seconds since the epoch of an HTTP date (RFC 9110's IMF-fixdate, "Sun, 06 Nov 1994 08:49:37 GMT"),
+    None for anything else."""
+    import calendar
+
+    parts = (text or "").split()
+    if len(parts) != 6 or parts[5] != "GMT" or parts[2] not in _MONTHS:
+        return None
+    try:
+        hours, minutes, seconds = (int(x) for x in parts[4].split(":"))
+        return float(calendar.timegm((int(parts[3]), _MONTHS.index(parts[2]) + 1, int(parts[1]), hours, minutes,
+                                      seconds, 0, 0, 0)))
+    except ValueError:
+        return None
 
 
 def _said(exc: BaseException) -> str:

@@ -389,8 +389,9 @@ def test_stats_and_prune_a_bucket(s3_server: S3Server, bucket: str, layout: str,
                                        "(newest) to just now (oldest)\n")
     listing = remote_entries(bucket)
     assert sorted(e.bytes for e in listing.entries) == [10, sum(map(len, FILES.values()))]
-    # 30 days and a minute later, only what was used in between stays.
-    later = time.time() + 30 * DAY + 60
+    # 31 days and a minute later (30 days, and the day after its store a hit records no use), only what was
+    # used in between stays.
+    later = time.time() + 31 * DAY + 60
     assert remote_prune(bucket, 30 * DAY, now=time.time()).removed == 0
     done = remote_prune(bucket, 30 * DAY, now=later)
     assert (done.removed, done.kept) == (2, 0)
@@ -400,7 +401,9 @@ def test_stats_and_prune_a_bucket(s3_server: S3Server, bucket: str, layout: str,
                                        "(0.0 MiB)\n")
 
 
-def test_serving_an_entry_keeps_it_from_prune(s3_server: S3Server, bucket: str, tmp_path: Path) -> None:
+def test_serving_an_entry_keeps_it_from_prune(s3_server: S3Server, bucket: str, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cache_remote, "USE_GRANULARITY_S", 0.0)  # every hit records its use
     _stored(bucket, tmp_path)
     stored = remote_entries(bucket).entries[0].last_used
     time.sleep(1.1)  # S3 times are to the second
@@ -409,6 +412,24 @@ def test_serving_an_entry_keeps_it_from_prune(s3_server: S3Server, bucket: str, 
     assert used > stored
     assert remote_prune(bucket, 10.0, now=used + 9).removed == 0
     assert remote_prune(bucket, 10.0, now=used + 11).removed == 1
+
+
+def test_a_hit_the_day_its_entry_was_stored_records_nothing_and_prune_counts_the_day(
+        s3_server: S3Server, bucket: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """A zoo's runs of one day serve its entries without a write; prune then counts each entry as used
+    USE_GRANULARITY_S after its store. s3fs does not say an object's age: every hit writes its marker."""
+    _stored(bucket, tmp_path)
+    stored = remote_entries(bucket).entries[0].stored
+    before = _objects(s3_server, bucket)
+    assert RemoteCache(bucket, tmp_path / "fresh").load(KEY) == FILES
+    prefix = bucket.removeprefix("s3://").partition("/")[2]
+    marked = f"{prefix}/used/{KEY}" in _objects(s3_server, bucket)
+    assert marked == (request.node.callspec.params["bucket"] == "s3fs")
+    if not marked:
+        assert _objects(s3_server, bucket) == before
+    day = cache_remote.USE_GRANULARITY_S
+    assert remote_prune(bucket, 10.0, now=stored + day + 9).removed == 0
+    assert remote_prune(bucket, 10.0, now=stored + day + 11).removed == 1
 
 
 @pytest.mark.parametrize(("given", "env", "found"), [

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import pytest
 
 from edgeconv.cache_remote import _connection
-from edgeconv.cache_s3 import S3Client, Settings, settings, signed_headers
+from edgeconv.cache_s3 import S3Client, Settings, _http_date, settings, signed_headers
 
 from ..conftest import S3Server
 
@@ -73,6 +73,20 @@ def test_the_signature_is_botocores(monkeypatch: pytest.MonkeyPatch, method: str
     assert ours["x-amz-date"] == request.headers["X-Amz-Date"]
 
 
+@pytest.mark.parametrize(("text", "found"), [
+    ("Sun, 06 Nov 1994 08:49:37 GMT", 784111777.0),
+    ("Mon, 07 Dec 2026 05:30:15 GMT", WHEN.timestamp()),
+    ("Sunday, 06-Nov-94 08:49:37 GMT", None),  # RFC 850's form: not an IMF-fixdate
+    ("Sun, 06 Nov 1994 08:49:37 UTC", None),
+    ("Sun, 06 Foo 1994 08:49:37 GMT", None),
+    ("Sun, 06 Nov 1994 8:49 GMT", None),
+    ("", None),
+    (None, None),
+])
+def test_an_http_date_is_read_or_refused(text: str | None, found: float | None) -> None:
+    assert _http_date(text) == found
+
+
 def test_an_object_key_is_quoted_as_s3_signs_it() -> None:
     client = S3Client(Settings("k", "s", None, "us-east-1", "http://127.0.0.1:9000/base/", None))
     assert client._address("zoo", "a b/é/x~y") == ("http", "127.0.0.1", 9000, "127.0.0.1:9000",
@@ -118,6 +132,8 @@ def test_the_calls_against_a_real_server(server_client: tuple[S3Client, str]) ->
     assert _run(client, lambda c: c._cat_file(path, 0, 11)) == b"0123456789"  # one byte past: the whole
     assert _run(client, lambda c: c._cat_file(path, 0, 4)) == b"0123"
     assert _run(client, lambda c: c._cat_file(path, 3, 6)) == b"345"
+    data, age = _run(client, lambda c: c._cat_file_dated(path, 0, 11))
+    assert data == b"0123456789" and age is not None and 0 <= age < 60  # the server's Date less Last-Modified
     _run(client, lambda c: c._pipe_file(f"{bucket}/empty", b""))
     with pytest.raises(OSError) as empty:  # a range of an empty object: as s3fs says it (the cache asks its size)
         _run(client, lambda c: c._cat_file(f"{bucket}/empty", 0, 1))
