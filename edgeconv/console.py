@@ -293,11 +293,23 @@ def print_table(title: str, header: Sequence[str], rows: Iterable[Sequence[str]]
                 sections: Iterable[tuple[str, Iterable[str]]], stream: Any) -> None:
     """A summary table for people: drawn by rich on a terminal (verdict words in colour), plain aligned
     columns in logs (never wrapped mid-cell: a log has no width); then each section's title and lines."""
+    coloured = colour(stream)
+    table_rows = [tuple(row) for row in rows]
+    table_sections = [(heading, list(lines)) for heading, lines in sections]
+    drawn = None if coloured else _plain_table(title, header, table_rows, table_sections)
+    if drawn is not None:  # what rich would write, without importing it (a zoo's shard prints one table)
+        stream.write(drawn)
+        stream.flush()
+        return
+    _rich_table(title, header, table_rows, table_sections, stream, coloured)
+
+
+def _rich_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]],
+                sections: Sequence[tuple[str, Sequence[str]]], stream: Any, coloured: bool) -> None:
     from rich.box import ASCII2, ROUNDED
     from rich.table import Table
     from rich.text import Text
 
-    coloured = colour(stream)
     table = Table(box=ROUNDED if coloured else ASCII2, highlight=False)
     for name in header:
         table.add_column(name, overflow="fold")
@@ -313,11 +325,39 @@ def print_table(title: str, header: Sequence[str], rows: Iterable[Sequence[str]]
             console.print(_styled(f"- {line}") if coloured else f"- {line}", markup=False, soft_wrap=True)
 
 
+PLAIN_WIDTH = 1000  # a log's console: wide enough that no cell wraps
+
+
+def _plain_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]],
+                 sections: Sequence[tuple[str, Sequence[str]]]) -> str | None:
+    """The plain console's output for this table (rich's ASCII2 box, one space of padding, columns as wide
+    as their widest cell), written directly: every character is printable ASCII (one cell wide, nothing rich
+    would strip) and the table fits the console's width. None otherwise: rich draws it."""
+    texts = [title, *header, *(cell for row in rows for cell in row),
+             *(heading for heading, _ in sections), *(line for _, lines in sections for line in lines)]
+    if not all(text.isascii() and text.isprintable() for text in texts):
+        return None
+    if len(title) > PLAIN_WIDTH or any(len(heading) > PLAIN_WIDTH for heading, _ in sections):
+        return None  # rich wraps a title or heading at the console's width
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    if sum(widths) + 3 * len(widths) + 1 > PLAIN_WIDTH or any(len(row) != len(header) for row in rows):
+        return None
+    rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+
+    def line(row: Sequence[str]) -> str:
+        return "|" + "|".join(f" {cell.ljust(w)} " for cell, w in zip(row, widths, strict=True)) + "|"
+
+    out = [title, rule, line(header), rule, *(line(row) for row in rows), rule]
+    for heading, lines in sections:
+        out += ["", heading, *(f"- {text}" for text in lines)]
+    return "\n".join(out) + "\n"
+
+
 def _plain_console(stream: Any) -> Any:
     from rich.console import Console
 
     # A log has no width: wide enough that no cell wraps; no colour, no control codes.
-    return Console(file=stream, highlight=False, width=1000, no_color=True, force_terminal=False,
+    return Console(file=stream, highlight=False, width=PLAIN_WIDTH, no_color=True, force_terminal=False,
                    color_system=None, emoji=False)
 
 

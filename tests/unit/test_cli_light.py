@@ -374,3 +374,51 @@ def test_check_imports_no_build_stage(argv: list[str], code: int) -> None:
              f"print(code, sorted(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
     assert result.stderr.strip().splitlines()[-1] == f"{code} []"
+
+
+def _tables() -> list[tuple[str, tuple[str, ...], list[tuple[str, ...]], list[tuple[str, list[str]]]]]:
+    """Seeded random summary tables: cells of printable ASCII (spaces, brackets, empty cells, leading and
+    trailing blanks), some with a character rich handles itself (non-ASCII, wide, a tab, a control code),
+    some wider than the log's console."""
+    import random
+
+    rng = random.Random(38)
+    alphabet = "abcxyz -_./[]()|+:%,'\"\\0189"
+    odd = ["é", "漢", "\t", "\x1b", "\x07", "\r", "😀", "\u200b"]
+    made = []
+    for i in range(120):
+        columns = rng.randint(1, 6)
+        header = tuple(rng.choice(["pipeline", "result", "size", "targets", "parity", "report"]) + str(c)
+                       for c in range(columns))
+
+        def cell(longest: int) -> str:
+            text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, longest)))
+            if rng.random() < 0.03:
+                spot = rng.randint(0, len(text))
+                text = text[:spot] + rng.choice(odd) + text[spot:]
+            return text
+
+        longest = 400 if i % 10 == 0 else 40  # a tenth are too wide to fit 1000 columns
+        rows = [tuple(cell(longest) for _ in range(columns)) for _ in range(rng.randint(0, 5))]
+        sections = [(rng.choice(["Why", "Regressions against the baseline"]), [cell(80) for _ in range(2)])
+                    for _ in range(rng.randint(0, 2))]
+        made.append((f"edgeconv: {rng.choice(['PASS', 'FAIL'])}", header, rows, sections))
+    return made
+
+
+@pytest.mark.parametrize("table", _tables(), ids=lambda t: f"{len(t[1])}x{len(t[2])}")
+def test_a_table_drawn_without_rich_is_what_rich_draws(
+        table: tuple[str, tuple[str, ...], list[tuple[str, ...]], list[tuple[str, list[str]]]]) -> None:
+    from edgeconv import console
+
+    title, header, rows, sections = table
+    drawn = console._plain_table(title, header, rows, sections)
+    by_rich = io.StringIO()
+    console._rich_table(title, header, rows, sections, by_rich, coloured=False)
+    texts = [title, *header, *(c for r in rows for c in r), *(h for h, _ in sections),
+             *(line for _, lines in sections for line in lines)]
+    plain = all(t.isascii() and t.isprintable() for t in texts)
+    fits = sum(max(len(r[i]) for r in (header, *rows)) + 3 for i in range(len(header))) + 1 <= console.PLAIN_WIDTH
+    assert (drawn is not None) == (plain and fits)
+    if drawn is not None:
+        assert drawn == by_rich.getvalue()
