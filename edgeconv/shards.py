@@ -22,13 +22,15 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import report_model as rm
 from . import verdict
 from .ci import EXIT_WORDS, Outcome
 from .errors import EdgeconvError, rel
 from .exit_codes import Exit, of_gate
+
+if TYPE_CHECKING:
+    from . import report_model as rm
 
 FORMAT = 2  # the results file: {"format", "edgeconv", "shard", "pipelines", "results"}
 MAX_SHARDS = 10_000
