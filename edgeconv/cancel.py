@@ -12,6 +12,10 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 _lock = threading.Lock()
 _requested: type[BaseException] | None = None
@@ -83,3 +87,12 @@ def on_sigint(signum: int, frame: object) -> None:
     request(KeyboardInterrupt)
     if not deferred():
         raise KeyboardInterrupt()
+
+
+_COMMITTED: list[Path] = []
+
+
+def committed() -> list[Path]:
+    """The output folders this process replaced (for what a stopped command says it left); kept here, not
+    with the writing of them (:mod:`edgeconv.output`), so that a command that writes none imports no more."""
+    return _COMMITTED

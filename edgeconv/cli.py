@@ -12,7 +12,6 @@ import gc
 import json
 import logging
 import os
-import shutil
 import sys
 import threading
 from collections.abc import Sequence
@@ -115,9 +114,7 @@ def _console(args: argparse.Namespace) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from .output import committed
-
-    committed().clear()
+    cancel.committed().clear()
     try:
         _console(args)
         if args.command == "build":
@@ -164,9 +161,7 @@ def _main(args: argparse.Namespace) -> int:
 
 def _what_was_written() -> str:
     """What a stopped command leaves: the output folders it finished replacing, or none changed."""
-    from .output import committed
-
-    done = committed()
+    done = cancel.committed()
     if not done:
         return "the previous output is unchanged"
     return f"the new output is in place in {', '.join(rel(p) for p in done)} (written before the stop)"
@@ -443,6 +438,8 @@ def _targets(args: argparse.Namespace) -> int:
         for name in builtin_target_names():
             print(f"{name}: {load_target(name).title}")
         return EXIT_OK
+    import shutil
+
     from .targets.describe import describe
 
     width = max(60, min(shutil.get_terminal_size((100, 24)).columns, 120))

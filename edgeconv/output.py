@@ -232,14 +232,6 @@ def check_writable(path: Path) -> None:
                           f"{exc.strerror or exc}") from None
 
 
-_COMMITTED: list[Path] = []
-
-
-def committed() -> list[Path]:
-    """The output folders this process replaced (for what a stopped command says it left)."""
-    return _COMMITTED
-
-
 def commit(path: Path, files: Mapping[str, bytes]) -> None:
     """Replace ``path`` by a folder holding exactly ``files`` (plus the edgeconv marker listing them).
 
@@ -276,7 +268,7 @@ def commit(path: Path, files: Mapping[str, bytes]) -> None:
                     _step("old_moved")
                 os.rename(staging, path)
                 swapped = True
-            _COMMITTED.append(path)
+            cancel.committed().append(path)
             _step("new_moved")
     except BaseException as exc:
         if not swapped:

@@ -173,8 +173,6 @@ def target_checks(results: Sequence[TargetResult], limits: Limits, layers: Seque
 def accelerator_line(r: TargetResult, layers: Sequence[str] = ()) -> str:
     """The way a vendor compiler says it: how many ops and how much of the compute run on the accelerator,
     and the first op that stops it (with its source layer)."""
-    from .ir import source_layers
-
     n = len(r.ops)
     on = r.counts()["supported"]
     where = r.target.accelerator_name or r.target.name
@@ -187,7 +185,11 @@ def accelerator_line(r: TargetResult, layers: Sequence[str] = ()) -> str:
         what = "first op off it"
     if first is not None and first.violations:
         reason = next((v.detail for v in first.violations if v.effect.value != "warning"), first.violations[0].detail)
-        found = sorted({x for t in first.op.outputs for x in source_layers(t.name, layers)}) if layers else []
+        found = []
+        if layers:  # a build's (layer names come from its graph); `check` has none
+            from .ir import source_layers
+
+            found = sorted({x for t in first.op.outputs for x in source_layers(t.name, layers)})
         layer = f" (layer {', '.join(found)})" if found else ""
         line += f"; {what} #{first.op.index} {first.op.type}{layer}: {reason}"
     return line
