@@ -232,10 +232,15 @@ def _computed_facts(package: Path) -> dict[str, Any]:
 def install_fingerprint() -> str:
     """What changes when anything is installed, upgraded or removed, or a file of edgeconv's own is edited,
     from stat calls alone (no file read): the interpreter; each folder on ``sys.path`` with its modification
-    time (installing, upgrading or removing a distribution adds or removes its ``.dist-info`` folder there);
-    and every file of the edgeconv package with its size, modification time and inode."""
+    time (installing, upgrading or removing a distribution adds or removes its ``.dist-info`` folder there),
+    but for the working folder that ``python -m``/``-c`` put first (a project folder, whose time every file a
+    CI step writes there changes); and every file of the edgeconv package with its size, modification time
+    and inode."""
     digest = hashlib.sha256("\0".join((sys.executable, sys.prefix, sys.version, str(_PACKAGE_INSTALLED))).encode())
+    here = os.getcwd()
     for entry in sys.path:
+        if entry in ("", here):  # the folder a command runs in (`-m`, `-c`): a project's, changed by every build
+            continue
         with contextlib.suppress(OSError):
             st = os.stat(entry or os.curdir)
             digest.update(f"\0{entry}\0{st.st_mtime_ns}\0{st.st_ino}".encode())

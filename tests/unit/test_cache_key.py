@@ -206,6 +206,25 @@ def test_installing_something_changes_the_key_through_the_memo(project: Path, fr
     assert len(list((project / "cache" / "installs").iterdir())) == 2
 
 
+@pytest.mark.parametrize("entry", ["", "cwd"])
+def test_a_file_written_in_the_working_folder_leaves_the_fingerprint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entry: str) -> None:
+    """`python -m edgeconv` puts the working folder first on sys.path (`-c`: ""): a CI step writing its results
+    there, or a build replacing an output folder there, must not make the next build work the facts out again;
+    a site folder on the path still counts."""
+    work, site = tmp_path / "project", tmp_path / "site-packages"
+    work.mkdir()
+    site.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setattr(sys, "path", [str(work) if entry == "cwd" else "", *sys.path, str(site)])
+    before = cache_module.install_fingerprint()
+    time.sleep(0.01)
+    (work / "results.json").write_text("{}")
+    assert cache_module.install_fingerprint() == before
+    (site / "h5py-0.0.0.dist-info").mkdir()
+    assert cache_module.install_fingerprint() != before
+
+
 def test_editing_an_edgeconv_source_changes_the_fingerprint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     copy = tmp_path / "edgeconv"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
