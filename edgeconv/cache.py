@@ -333,15 +333,9 @@ def library_versions() -> dict[str, str]:
 
 @functools.cache
 def _library_versions() -> dict[str, str]:
-    import importlib.metadata as md
+    from . import installed
 
-    found = {}
-    for dist in LIBRARIES:
-        try:
-            found[dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            continue
-    return found
+    return {dist: found for dist in LIBRARIES if (found := installed.version(dist)) is not None}
 
 
 def _module_file(base: Path, name: str) -> Path | None:

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import math
 import re
+import sys
 import types
 from collections.abc import Mapping
 from pathlib import Path
@@ -431,20 +432,18 @@ TOOLCHAIN: dict[str, tuple[str, ...]] = {
 
 def toolchain_version(key: str) -> str | None:
     """The installed version of a toolchain part, without importing it (None: not installed)."""
-    import importlib.metadata as md
-    import platform
+    from . import installed
 
     if key == "python":
-        return platform.python_version()
+        return sys.version.split()[0]  # what platform.python_version() reads it from
     if key == "edgeconv":
         from ._version import __version__
 
         return __version__
     for dist in TOOLCHAIN[key]:
-        try:
-            return md.version(dist)
-        except md.PackageNotFoundError:
-            continue
+        found = installed.version(dist)
+        if found is not None:
+            return found
     return None
 
 

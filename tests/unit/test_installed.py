@@ -1,0 +1,71 @@
+"""Installed versions read without importlib.metadata (edgeconv/installed.py): the same answer as
+importlib.metadata for every distribution a cache key or report names, and for made-up site folders that
+test the finding rules (first folder on the path wins, names normalised, METADATA read, eggs, zips)."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from edgeconv import installed
+from edgeconv.cache import LIBRARIES
+from edgeconv.config import TOOLCHAIN
+
+
+def _metadata(version: str | None, extra: str = "") -> str:
+    return "Metadata-Version: 2.1\nName: x\n" + (f"Version: {version}\n" if version else "") + extra + "\nBody\n"
+
+
+def _imd(name: str) -> str | None:
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return None
+
+
+@pytest.mark.parametrize("name", sorted({d for dists in TOOLCHAIN.values() for d in dists} | set(LIBRARIES)
+                                        | {"PyYAML", "pyyaml", "Rich", "not-installed-anywhere", "ml_dtypes"}))
+def test_every_version_a_key_names_is_importlib_metadatas(name: str) -> None:
+    assert installed.version(name) == _imd(name)
+
+
+@pytest.fixture
+def sites(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder, dists in ((first, {"Foo_Bar-1.0.dist-info": _metadata("1.0.post1"),  # METADATA is the word
+                                   "eggy-2.0-py3.11.egg-info": None, "old.egg-info": None,
+                                   "noversion-3.0.dist-info": _metadata(None),
+                                   "Late-0.1.dist-info": _metadata("0.1", "Version: 9.9\n")}),
+                          (second, {"foo.bar-7.0.dist-info": _metadata("7.0"),
+                                    "only_here-4.2.dist-info": _metadata("4.2"),
+                                    "ZEBRA-5.dist-info": _metadata("5")})):
+        for entry, text in dists.items():
+            (folder / entry).mkdir(parents=True)
+            name = "METADATA" if entry.endswith(".dist-info") else "PKG-INFO"
+            version = "2.0" if entry.startswith("eggy") else "0.0.1"
+            (folder / entry / name).write_text(text if text is not None else _metadata(version))
+    monkeypatch.setattr(sys, "path", [str(first), str(tmp_path / "missing"), str(second)])
+    return first, second
+
+
+@pytest.mark.parametrize(("name", "found"), [
+    ("foo-bar", "1.0.post1"), ("FOO.BAR", "1.0.post1"), ("foo__bar", "1.0.post1"),  # the first folder's
+    ("only-here", "4.2"), ("zebra", "5"), ("eggy", "2.0"), ("old", "0.0.1"),
+    ("late", "0.1"),  # the first Version header
+    ("noversion", None), ("absent", None),
+])
+def test_the_finding_rules_are_importlib_metadatas(sites: tuple[Path, Path], name: str, found: str | None) -> None:
+    assert installed.version(name) == found == _imd(name)
+
+
+def test_a_zip_on_the_path_is_asked_of_importlib_metadata(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    archive = tmp_path / "dists.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("zipped-3.1.dist-info/METADATA", _metadata("3.1"))
+    monkeypatch.setattr(sys, "path", [str(archive)])
+    assert installed.version("zipped") == _imd("zipped") == "3.1"
+    assert installed.version("absent") is None
