@@ -329,7 +329,12 @@ class _Connection:
                 self.session = self.loop.run_until_complete(self.fs.set_session())
             return self.loop.run_until_complete(asyncio.wait_for(work(self.fs), OPERATION_TIMEOUT_S))
         finally:
+            stop = getattr(self.fs, "abort", None)  # edgeconv's S3 client: its requests still running end now
+            if stop is not None:
+                stop()
             executor.shutdown(wait=True)
+            if stop is not None:
+                self.fs.resume()
 
     def close(self) -> None:
         if self.pid != os.getpid() or self.loop.is_closed():

@@ -26,6 +26,7 @@ fails to connect, is cut, or gets a 5xx is tried once more on a new connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import errno
 import hashlib
@@ -118,6 +119,8 @@ class S3Client:
     def __init__(self, found: Settings) -> None:
         self.settings = found
         self._idle: dict[tuple[str, str, int], list[http.client.HTTPConnection]] = {}
+        self._active: set[http.client.HTTPConnection] = set()
+        self._stopped = False  # the operation's time ran out: no request starts, the running ones are cut
         self._lock = threading.Lock()
         self._regions: dict[str, str] = {}  # bucket: its region, as a redirect named it
 
@@ -208,22 +211,29 @@ class S3Client:
                 headers["content-length"] = str(len(body))
             conn = self._take(scheme, host, port)
             try:
+                if conn.sock is None:
+                    conn.connect()
+                with self._lock:  # from here on, abort() can cut it
+                    if self._stopped:
+                        raise TimeoutError("the operation's time ran out")
+                    self._active.add(conn)
                 conn.request(method, path, body=body if method == "PUT" else None, headers=headers)
                 response = conn.getresponse()
                 ok = 200 <= response.status < 300
                 if method == "HEAD":
                     data = b""
-                elif ok and limit is not None:
-                    data = response.read(limit)
-                else:
-                    data = response.read(ERROR_BODY_LIMIT if not ok else None)
+                else:  # never more than asked for (a range's length), or than an answer needs
+                    data = response.read(limit if ok and limit is not None else ERROR_BODY_LIMIT)
                 answer = _Answer(response.status, {k.lower(): v for k, v in response.getheaders()}, data)
                 reusable = method == "HEAD" or response.isclosed() or response.length == 0
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
-                if attempt >= 2:
+                if attempt >= 2 or self._stopped:
                     raise ConnectionError(f"{method} {host}:{port}: {_said(exc)}") from exc
                 continue
+            finally:
+                with self._lock:
+                    self._active.discard(conn)
             if reusable and not response.will_close:
                 self._give(scheme, host, port, conn)
             else:
@@ -256,6 +266,24 @@ class S3Client:
     def _give(self, scheme: str, host: str, port: int, conn: http.client.HTTPConnection) -> None:
         with self._lock:
             self._idle.setdefault((scheme, host, port), []).append(conn)
+
+    def abort(self) -> None:
+        """End the requests in flight now (their operation's time ran out: the event loop stopped waiting,
+        but a thread blocked on a socket would keep the operation's end waiting for it): their sockets are
+        shut, and no request starts until :meth:`resume`."""
+        import socket
+
+        with self._lock:
+            self._stopped = True
+            active = list(self._active)
+        for conn in active:
+            if conn.sock is not None:
+                with contextlib.suppress(OSError):
+                    conn.sock.shutdown(socket.SHUT_RDWR)
+
+    def resume(self) -> None:
+        with self._lock:
+            self._stopped = False
 
     def close(self) -> None:
         with self._lock:

@@ -9,8 +9,10 @@ import datetime
 import hashlib
 import http.server
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -271,3 +273,64 @@ def test_a_closed_port_fails_as_a_connection_error() -> None:
     client = S3Client(Settings("AKID", "secret", None, "us-east-1", f"http://127.0.0.1:{port}", None))
     with pytest.raises(ConnectionError, match=f"PUT 127.0.0.1:{port}: ConnectionRefusedError"):
         _run(client, lambda c: c._pipe_file("zoo/a", b"x"))
+
+
+@pytest.fixture
+def dribbling() -> Iterator[str]:
+    """A server that answers every request with a status line, then a header every 0.2 s (each read comes
+    well within the read timeout, so only the operation's own time limit ends it); its address."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    done = threading.Event()
+
+    def answer(conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\n")
+            for i in range(150):
+                if done.wait(0.2):
+                    return
+                try:
+                    conn.sendall(f"X-Slow-{i}: y\r\n".encode())
+                except OSError:
+                    return
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=answer, args=(conn,), daemon=True, name="dribbling-answer").start()
+
+    threading.Thread(target=serve, daemon=True, name="dribbling-server").start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    done.set()
+    listener.close()
+
+
+def test_a_server_that_dribbles_its_answer_is_cut_at_the_operations_time_limit(
+        dribbling: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The event loop stops waiting at OPERATION_TIMEOUT_S; the thread blocked on the socket must end then too
+    (the operation joins its threads before it returns), not when the server stops."""
+    from edgeconv import cache_remote
+
+    for var, value in {**KEYS, "AWS_ENDPOINT_URL": dribbling, "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.delenv("EDGECONV_S3_CLIENT", raising=False)
+    monkeypatch.setattr(cache_remote, "OPERATION_TIMEOUT_S", 1.0)
+    def ours() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if not t.name.startswith("dribbling")]
+
+    threads = ours()
+    cache = cache_remote.RemoteCache(f"s3://zoo/c-{uuid.uuid4().hex[:6]}", tmp_path / "local")
+    start = time.perf_counter()
+    assert cache.load("a" * 64) is None
+    assert time.perf_counter() - start < 5
+    assert cache.access == "down"
+    assert caplog.messages[0].startswith(f"cache: {cache.url} is unreachable (TimeoutError")
+    assert ours() == threads  # no request thread left behind
+    assert isinstance(_connection("s3", cache.url).fs, S3Client)  # and the next operation may run
