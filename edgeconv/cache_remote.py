@@ -51,7 +51,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -116,6 +116,7 @@ class RemoteCache(BuildCache):
         self.access = access
         self.note: str | None = None  # the probe's line when the cache is not read-write
         self.absent: set[str] = set()  # keys found missing or bad remotely in this process: not asked again
+        self._ready: dict[str, threading.Event] = {}  # keys a fetching() thread is fetching: set when done
 
     # -- the operations -------------------------------------------------------------------------------
 
@@ -154,36 +155,76 @@ class RemoteCache(BuildCache):
     def prefetch(self, keys: list[str]) -> int:
         """Fetch the entries of ``keys`` this runner holds no copy of into its local copy, up to 16 at a time
         (a zoo's hits cost one round of requests, not one per pipeline); how many were fetched."""
-        wanted = [k for k in dict.fromkeys(keys)
-                  if k not in self.absent and not (self._entry(k) / "entry.json").is_file()]
+        wanted = self._wanted(keys)
+        with self.fetching(wanted, log.warning):
+            pass
+        return sum((self._entry(k) / "entry.json").is_file() for k in wanted)
+
+    def _wanted(self, keys: list[str]) -> list[str]:
+        return [k for k in dict.fromkeys(keys)
+                if k not in self.absent and not (self._entry(k) / "entry.json").is_file()]
+
+    @contextlib.contextmanager
+    def fetching(self, keys: list[str], say: Callable[..., None]) -> Iterator[None]:
+        """:meth:`prefetch` in a thread of its own while the block serves the entries: :meth:`load` of one of
+        ``keys`` waits for that entry only (the first is served while the others are still on their way).
+        The thread is joined when the block ends (a build forks its worker only while no other thread runs);
+        its warnings go to ``say`` (called from that thread), not to the logger the block's builds set."""
+        wanted = self._wanted(keys)
         if not wanted or (self.access or self.probe()) == "down":
-            return 0
+            yield
+            return
+        ready = {key: threading.Event() for key in wanted}
         limit = asyncio.Semaphore(16)
 
-        async def one(fs: Any, key: str) -> dict[str, bytes] | None:
-            async with limit:
-                return await self._fetch(fs, key)
+        async def one(fs: Any, key: str) -> None:
+            try:
+                async with limit:
+                    files = await self._fetch(fs, key, say)
+                if files is None:
+                    self.absent.add(key)
+                else:
+                    BuildCache.store_files(self, key, files)
+            except Exception as exc:  # this entry only: load() asks for it again, and says what happens then
+                log.debug("cache: prefetching %s failed (%s)", key[:12], _words(exc))
+            finally:
+                ready[key].set()
 
-        async def work(fs: Any) -> list[dict[str, bytes] | BaseException | None]:
-            return list(await asyncio.gather(*(one(fs, k) for k in wanted), return_exceptions=True))
+        async def work(fs: Any) -> None:
+            await asyncio.gather(*(one(fs, k) for k in wanted))
 
+        used: list[Any] = []
+
+        def run() -> None:
+            try:
+                used.append(_connection(self.protocol, self.url).fs)
+                self._run(work)
+            except Exception as exc:
+                self.access = "down"
+                say("cache: %s failed while reading %d entries (%s); building without it", self.url, len(wanted),
+                    _words(exc))
+            finally:
+                for event in ready.values():
+                    event.set()
+
+        thread = threading.Thread(target=run, name="edgeconv-cache-fetch", daemon=True)
+        self._ready = ready
+        thread.start()
         try:
-            got = self._run(work)
-        except Exception as exc:
-            self.access = "down"
-            log.warning("cache: %s failed while reading %d entries (%s); building without it", self.url,
-                        len(wanted), _words(exc))
-            return 0
-        fetched = 0
-        for key, files in zip(wanted, got, strict=True):
-            if isinstance(files, dict):
-                super().store_files(key, files)
-                fetched += 1
-            elif files is None:
-                self.absent.add(key)
-        return fetched
+            yield
+        except BaseException:  # Ctrl-C, SIGTERM, a bug: the requests still running end now (edgeconv's client)
+            for fs in used:
+                if hasattr(fs, "abort"):
+                    fs.abort()
+            raise
+        finally:
+            thread.join()
+            self._ready = {}
 
     def load(self, key: str) -> dict[str, bytes] | None:
+        waiting = self._ready.get(key)
+        if waiting is not None:  # being fetched (:meth:`fetching`): this entry's turn, not the others'
+            waiting.wait()
         files = super().load(key)
         if files is not None or key in self.absent or (self.access or self.probe()) == "down":
             return files
@@ -223,7 +264,8 @@ class RemoteCache(BuildCache):
 
     # -- one entry ------------------------------------------------------------------------------------
 
-    async def _fetch(self, fs: Any, key: str) -> dict[str, bytes] | None:
+    async def _fetch(self, fs: Any, key: str, say: Callable[..., None] | None = None) -> dict[str, bytes] | None:
+        say = say or log.warning
         try:  # an empty one too: refused below, a miss
             raw, age = await _read_dated(fs, self._manifest(key), len(INLINE_MAGIC) + MANIFEST_LIMIT + 1 + INLINE_LIMIT)
         except FileNotFoundError:
@@ -231,7 +273,7 @@ class RemoteCache(BuildCache):
         try:
             upload, recorded, inline = _entry_object(raw, key)
         except ValueError as exc:
-            log.warning("cache: remote entry %s is unreadable (%s); building", key[:12], exc)
+            say("cache: remote entry %s is unreadable (%s); building", key[:12], exc)
             return None
         names = sorted(recorded)
         total = sum(recorded[name][1] for name in names)
@@ -248,7 +290,7 @@ class RemoteCache(BuildCache):
                 raise read
             pack = read if isinstance(read, bytes) else None
         if pack is None or len(pack) != total:
-            log.warning("cache: remote entry %s is corrupt (its pack is %s, not %d bytes as recorded); building",
+            say("cache: remote entry %s is corrupt (its pack is %s, not %d bytes as recorded); building",
                         key[:12], "missing" if pack is None else f"{len(pack)} bytes", total)
             return None
         got, start = [], 0
@@ -258,7 +300,7 @@ class RemoteCache(BuildCache):
         bad = [name for name, data in zip(names, got, strict=True)
                if hashlib.sha256(data).hexdigest() != recorded[name][0]]
         if bad:
-            log.warning("cache: remote entry %s is corrupt (%s not as recorded); building", key[:12], ", ".join(bad))
+            say("cache: remote entry %s is corrupt (%s not as recorded); building", key[:12], ", ".join(bad))
             return None
         return dict(zip(names, got, strict=True))
 

@@ -175,12 +175,12 @@ def build_many(paths: Sequence[Path], options: BuildOptions, *, jobs: int = 1,
     import concurrent.futures
 
     results: dict[Path, Outcome] = {}
-    loaded = _prefetch(paths, options)
-    for path in paths:
-        served, _ = build_one(path, options, cached_only=True, loaded=loaded.get(path))
-        if served is not None:
-            results[path] = served
-            on_outcome(served)
+    with _prefetching(paths, options) as loaded:
+        for path in paths:
+            served, _ = build_one(path, options, cached_only=True, loaded=loaded.get(path))
+            if served is not None:
+                results[path] = served
+                on_outcome(served)
     if len(results) == len(paths):
         return [results[p] for p in paths]
     paths_left = [p for p in paths if p not in results]
@@ -210,16 +210,20 @@ def build_many(paths: Sequence[Path], options: BuildOptions, *, jobs: int = 1,
     return [results[p] for p in paths]
 
 
-def _prefetch(paths: Sequence[Path], options: BuildOptions) -> dict[Path, PipelineConfig]:
-    """A remote cache's entries for every pipeline fetched at once, before they are served one by one; the
-    pipelines loaded on the way (served from these, not loaded again)."""
+@contextlib.contextmanager
+def _prefetching(paths: Sequence[Path], options: BuildOptions) -> Iterator[dict[Path, PipelineConfig]]:
+    """A remote cache's entries for every pipeline fetched together (16 requests in flight) while the block
+    serves them in order, each as soon as its own entry is in; the pipelines loaded on the way (served from
+    these, not loaded again). What the fetching says (a corrupt entry) is logged where it was before the
+    block's builds set their own logging, once the block ends."""
     from .building import cache_key
     from .cache import location
     from .cache_remote import RemoteCache, open_cache
     from .config import load_pipeline
 
     if caching_off(options) or not isinstance(location(options.cache_dir), str):
-        return {}
+        yield {}
+        return
     cache = open_cache(options.cache_dir, options.cache_access)
     assert isinstance(cache, RemoteCache)
     keys, loaded = [], {}
@@ -232,8 +236,19 @@ def _prefetch(paths: Sequence[Path], options: BuildOptions) -> dict[Path, Pipeli
             continue
         if key is not None:
             keys.append(key)
-    cache.prefetch(keys)
-    return loaded
+    logger = logging.getLogger("edgeconv")
+    handlers, notes = list(logger.handlers), []
+    try:
+        with cache.fetching(keys, lambda *args: notes.append(args)):
+            yield loaded
+    finally:
+        serving = logger.handlers
+        logger.handlers = handlers
+        try:
+            for args in notes:
+                logger.warning(*args)
+        finally:
+            logger.handlers = serving
 
 
 def _relay(stages: multiprocessing.queues.SimpleQueue[tuple[str, str, int, int]] | None,

@@ -489,3 +489,30 @@ def test_prefetch_fetches_every_entry_at_once_and_asks_once_for_a_bad_one(
     corrupt = [m for m in caplog.messages if "corrupt" in m]
     assert corrupt == [f"cache: remote entry {keys[2][:12]} is corrupt (m.tflite not as recorded); building"]
     assert reader.prefetch(keys) == 0  # nothing left to fetch
+
+
+def test_fetching_serves_each_entry_as_it_comes_and_leaves_no_thread(
+        s3_server: S3Server, bucket: str, tmp_path: Path) -> None:
+    """`build -j` serves while the rest is still on its way: load() of a key being fetched waits for that
+    entry only; a corrupt or absent one is a miss said once (to the caller's `say`, from the fetching thread);
+    the thread is gone when the block ends, whether it ends well or by Ctrl-C."""
+    import threading
+
+    keys = [hashlib.sha256(f"build {i}".encode()).hexdigest() for i in range(4)]
+    for i, key in enumerate(keys[:3]):
+        _stored(bucket, tmp_path, {"m.tflite": bytes([i]) * (10 + i)}, key)
+    _change_pack(s3_server, bucket, "inline", _flip(0), keys[2])
+    said: list[str] = []
+    reader = RemoteCache(bucket, tmp_path / "fresh")
+    with reader.fetching(keys, lambda text, *args: said.append(text % args)):
+        assert reader.load(keys[1]) == {"m.tflite": b"\x01" * 11}
+        assert reader.load(keys[0]) == {"m.tflite": b"\x00" * 10}
+        assert reader.load(keys[2]) is None and reader.load(keys[3]) is None
+    assert said == [f"cache: remote entry {keys[2][:12]} is corrupt (m.tflite not as recorded); building"]
+    assert reader.absent == {keys[2], keys[3]}
+    assert not [t for t in threading.enumerate() if t.name == "edgeconv-cache-fetch"]
+    interrupted = RemoteCache(bucket, tmp_path / "fresh2")
+    with pytest.raises(KeyboardInterrupt), interrupted.fetching(keys, lambda *args: None):
+        raise KeyboardInterrupt
+    assert not [t for t in threading.enumerate() if t.name == "edgeconv-cache-fetch"]
+    assert interrupted.load(keys[0]) == {"m.tflite": b"\x00" * 10}  # fetched then, or now
