@@ -19,8 +19,9 @@ The calls keep fsspec's names and errors (a missing object is FileNotFoundError,
 PermissionError, a range of an empty object OSError(EINVAL)), so the cache's trust rules are the same code
 for both. A body is never read past what was asked for: a ranged GET reads at most the range's length
 even from a server that ignores the range (the connection is then dropped, not reused). TLS is verified
-(``AWS_CA_BUNDLE`` adds a CA file); connecting gives up after 5 s, a read after 60 s; a request that
-fails to connect, is cut, or gets a 5xx is tried once more on a new connection.
+(``AWS_CA_BUNDLE`` names the CA file to trust instead of the system's, as for botocore); connecting gives
+up after 5 s, a read after 60 s; a request that fails to connect, is cut, or gets a 5xx is tried once more
+on a new connection; an operation whose time runs out cuts the requests it still has in flight.
 """
 
 from __future__ import annotations
