@@ -49,6 +49,7 @@ ERROR_BODY_LIMIT = 64 << 10  # bytes of an error answer read for its code and me
 _TRUE = ("1", "true", "yes", "on")
 # What this module does not do; s3fs (botocore) does.
 _S3FS_ONLY = ("AWS_USE_FIPS_ENDPOINT", "AWS_USE_DUALSTACK_ENDPOINT", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")
+_REGION = re.compile(r"[a-z]{2}(-[a-z0-9]+){1,4}")  # us-east-1, ap-southeast-2, us-gov-west-1, eu-isoe-west-1
 _DNS_BUCKET = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")  # a bucket name usable as a host name label
 
 
@@ -239,8 +240,9 @@ class S3Client:
                 self._give(scheme, host, port, conn)
             else:
                 conn.close()
-            moved = answer.headers.get("x-amz-bucket-region")
-            if answer.status in (301, 307, 400) and moved and moved != region and not followed:
+            moved = answer.headers.get("x-amz-bucket-region", "")
+            if (answer.status in (301, 307, 400) and _REGION.fullmatch(moved) and moved != region
+                    and not followed):  # a region's name only: it becomes part of AWS's host name
                 self._regions[bucket] = moved  # the bucket is in another region: once, signed for it
                 followed = True
                 continue
