@@ -252,7 +252,7 @@ class RemoteCache(BuildCache):
         if files is None:
             return
         try:
-            self._run(lambda fs: self._publish(fs, key, files))
+            self._run(lambda fs: self._publish(fs, key, files, replace=key in self.absent))
         except PermissionError as exc:
             self.access = "read-only"
             log.warning("cache: %s refused the entry (%s): hits are served, builds are not stored", self.url,
@@ -310,8 +310,10 @@ class RemoteCache(BuildCache):
         except Exception as exc:  # its last use, for prune: best effort
             log.debug("cache: cannot record the use of %s (%s)", key[:12], _words(exc))
 
-    async def _publish(self, fs: Any, key: str, files: dict[str, bytes]) -> None:
-        if await fs._exists(self._manifest(key)):
+    async def _publish(self, fs: Any, key: str, files: dict[str, bytes], replace: bool = False) -> None:
+        """Store an entry, unless another job stored it first; ``replace``: this process found the key missing
+        or bad remotely (a corrupt entry is replaced by the build it made, not kept for every later runner)."""
+        if not replace and await fs._exists(self._manifest(key)):
             return  # another job stored it first
         pack = b"".join(files[name] for name in sorted(files))
         listed = {name: {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}

@@ -108,3 +108,38 @@ def test_a_server_that_is_down_builds_uncached_and_the_exit_code_is_the_verdict(
     again = _edgeconv(project, env, "build", "pipeline.yaml", "zoo/sin-island.yaml", "--cache-dir", cold["url"])
     assert again.returncode == 1
     assert "pipeline.yaml: PASS, served from the cache in" in again.stdout
+
+
+def test_a_tampered_remote_entry_is_said_once_rebuilt_and_replaced_by_a_j2_run(
+        s3_server: S3Server, cold: dict[str, Any], tmp_path: Path) -> None:
+    """`build -j 2` fetches while it serves: the corrupt entry's warning still reaches stderr once (said by the
+    fetching thread, after the served builds set their own logging), the pipeline is built, and its build
+    replaces the bad entry, so the next runner is served."""
+    import re
+
+    import boto3
+
+    env_writer = s3_server.env("writer")
+    client = boto3.client("s3", endpoint_url=s3_server.endpoint, aws_access_key_id=env_writer["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=env_writer["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
+    bucket = s3_server.bucket(f"zoo-{uuid.uuid4().hex[:12]}")
+    for key, data in cold["objects"].items():
+        if key.startswith("edgeconv/entries/"):
+            data = data[:-1] + bytes([data[-1] ^ 1])  # the last byte of the inline pack: its last file
+        client.put_object(Bucket=bucket, Key=key, Body=data)
+    url = f"s3://{bucket}/edgeconv"
+    project = _project(tmp_path / "runner3")
+    env = {**env_writer, "EDGECONV_CACHE_LOCAL": str(tmp_path / "local3")}
+    done = _edgeconv(project, env, "build", "pipeline.yaml", "zoo/conv2d-relu.yaml", "-j", "2", "--cache-dir", url)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if "cache" in line]
+    assert len(said) == 1, said
+    corrupt = r"edgeconv: warning: cache: remote entry [0-9a-f]{12} is corrupt \(.+ not as recorded\); building"
+    assert re.fullmatch(corrupt, said[0]), said
+    assert "pipeline.yaml: PASS in" in done.stdout and "served from the cache" not in done.stdout
+    assert tree(project / "build" / "digits")["digits.tflite"] == cold["out"]["digits.tflite"]
+    fresh = _project(tmp_path / "runner4")
+    again = _edgeconv(fresh, {**env_writer, "EDGECONV_CACHE_LOCAL": str(tmp_path / "local4")}, "build",
+                      "pipeline.yaml", "--cache-dir", url)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith(f"cache: unchanged since the cached build; artifacts and report from {url}\n")

@@ -532,3 +532,24 @@ def test_fetching_serves_each_entry_as_it_comes_and_leaves_no_thread(
         raise KeyboardInterrupt
     assert not [t for t in threading.enumerate() if t.name == "edgeconv-cache-fetch"]
     assert interrupted.load(keys[0]) == {"m.tflite": b"\x00" * 10}  # fetched then, or now
+
+
+def test_a_corrupt_remote_entry_is_replaced_by_the_build_that_found_it(
+        s3_server: S3Server, bucket: str, layout: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A writer that found an entry corrupt stores its own build over it (an intact entry someone else stored
+    is left alone): the next runner is served, instead of every later runner rebuilding."""
+    _stored(bucket, tmp_path)
+    _change_pack(s3_server, bucket, layout, _flip(5))
+    runner = RemoteCache(bucket, tmp_path / "runner")
+    assert runner.load(KEY) is None and KEY in runner.absent
+    out = tmp_path / "rebuilt"
+    for name, data in FILES.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_bytes(data)
+    runner.store(KEY, out)
+    assert RemoteCache(bucket, tmp_path / "next").load(KEY) == FILES
+    other = {name: data + b"!" for name, data in FILES.items()}
+    _stored(bucket, tmp_path, other)  # a writer that found nothing wrong: the intact entry stays
+    assert RemoteCache(bucket, tmp_path / "third").load(KEY) == FILES
+    assert [m for m in caplog.messages if "corrupt" in m] == [
+        f"cache: remote entry {KEY[:12]} is corrupt (m.tflite not as recorded); building"]
