@@ -291,7 +291,7 @@ class RemoteCache(BuildCache):
             pack = read if isinstance(read, bytes) else None
         if pack is None or len(pack) != total:
             say("cache: remote entry %s is corrupt (its pack is %s, not %d bytes as recorded); building",
-                        key[:12], "missing" if pack is None else f"{len(pack)} bytes", total)
+                key[:12], "missing" if pack is None else f"{len(pack)} bytes", total)
             return None
         got, start = [], 0
         for name in names:

@@ -116,8 +116,6 @@ class S3Client:
     paths ``bucket/key``. Each call runs in the event loop's default executor (a thread, joined when the
     operation ends); idle connections are kept between calls, one per thread at most in use."""
 
-    async_impl = True
-
     def __init__(self, found: Settings) -> None:
         self.settings = found
         self._idle: dict[tuple[str, str, int], list[http.client.HTTPConnection]] = {}
@@ -135,13 +133,9 @@ class S3Client:
         await self._call("DELETE", path)
 
     async def _cat_file(self, path: str, start: int | None = None, end: int | None = None, **_: Any) -> bytes:
-        if start is None and end is None:
+        if end is None:
             raise ValueError("this client reads ranges only (the cache bounds every read)")
-        first = start or 0
-        if end is None or end <= first:
-            raise ValueError(f"bad range {start}..{end}")
-        return (await self._call("GET", path, extra={"range": f"bytes={first}-{end - 1}"},
-                                 limit=end - first)).body
+        return (await self._cat_file_dated(path, start or 0, end))[0]
 
     async def _cat_file_dated(self, path: str, start: int, end: int) -> tuple[bytes, float | None]:
         """:meth:`_cat_file`, and the object's age in seconds: the answer's ``Date`` less its

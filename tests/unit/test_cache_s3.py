@@ -22,20 +22,7 @@ from edgeconv.cache_s3 import S3Client, Settings, _http_date, settings, signed_h
 
 from ..conftest import S3Server
 
-
-@pytest.fixture(autouse=True)
-def _no_thread_left() -> Iterator[None]:
-    """Each test ends with the threads it began with: the integration tests after these fork a converter
-    template, which they may only do while no other thread runs."""
-    import threading
-    import time
-
-    before = set(threading.enumerate())
-    yield
-    deadline = time.monotonic() + 5
-    while set(threading.enumerate()) - before and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert not set(threading.enumerate()) - before
+pytestmark = pytest.mark.usefixtures("no_thread_left")
 
 
 WHEN = datetime.datetime(2026, 12, 7, 5, 30, 15, tzinfo=datetime.UTC)
