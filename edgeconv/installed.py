@@ -28,13 +28,16 @@ def normalized(name: str) -> str:
 def version(name: str) -> str | None:
     """The installed version of distribution ``name`` (None: not installed)."""
     index, complete = _index(tuple(sys.path))
-    found = index.get(normalized(name))
-    if found is not None:
-        read = _metadata_version(found)
+    found = index.get(normalized(name), [])
+    for file in found:
+        read, regular = _metadata_version(file)
         if read is not None:
             return read
-    elif complete:
-        return None
+        if regular:
+            break  # importlib.metadata's answer for this one (it reads what this leaves)
+    else:
+        if complete:
+            return None  # none installed, or only metadata that is not a file (a FIFO, a device): not read
     import importlib.metadata as md  # what this module cannot read: importlib.metadata's own answer
 
     try:
@@ -44,10 +47,10 @@ def version(name: str) -> str | None:
 
 
 @functools.cache
-def _index(path: tuple[str, ...]) -> tuple[dict[str, str], bool]:
-    """Normalised name: its metadata file, first found on ``path``; and whether every entry of ``path`` was a
-    folder this could list (else a miss is not the final word)."""
-    found: dict[str, str] = {}
+def _index(path: tuple[str, ...]) -> tuple[dict[str, list[str]], bool]:
+    """Normalised name: its metadata files, in the order found on ``path``; and whether every entry of
+    ``path`` was a folder this could list (else a miss is not the final word)."""
+    found: dict[str, list[str]] = {}
     complete = True
     for entry in path:
         folder = entry or "."
@@ -64,21 +67,35 @@ def _index(path: tuple[str, ...]) -> tuple[dict[str, str], bool]:
             if low.endswith((".dist-info", ".egg-info")):
                 metadata = "METADATA" if low.endswith(".dist-info") else "PKG-INFO"
                 name = normalized(low.rpartition(".")[0].partition("-")[0])
-                found.setdefault(name, os.path.join(folder, item, metadata))
+                found.setdefault(name, []).append(os.path.join(folder, item, metadata))
     return found, complete
 
 
-def _metadata_version(file: str) -> str | None:
-    """The ``Version:`` header of a METADATA/PKG-INFO file (None: no such file or header)."""
+def _metadata_version(file: str) -> tuple[str | None, bool]:
+    """The ``Version:`` header of a METADATA/PKG-INFO file (None: no such header, or not read), and whether the
+    file is a regular one. Only a regular file is opened: the working folder is on ``sys.path`` under
+    ``python -m``, and a pull request's ``x.dist-info/METADATA`` that is a FIFO would block the build forever
+    (importlib.metadata opens it as it is)."""
+    import stat
+
     try:
-        with open(file, "rb") as f:
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None, False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, False
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as f:
             head = f.read(_HEADER_LIMIT)
     except OSError:
-        return None
+        return None, True
+    finally:
+        os.close(fd)
     for line in head.split(b"\n"):
         line = line.rstrip(b"\r")
         if not line:
             break  # the headers end at the first empty line
         if line[:8].lower() == b"version:":
-            return line[8:].strip().decode("utf-8", "replace") or None
-    return None
+            return line[8:].strip().decode("utf-8", "replace") or None, True
+    return None, True

@@ -69,3 +69,21 @@ def test_a_zip_on_the_path_is_asked_of_importlib_metadata(tmp_path: Path, monkey
     monkeypatch.setattr(sys, "path", [str(archive)])
     assert installed.version("zipped") == _imd("zipped") == "3.1"
     assert installed.version("absent") is None
+
+
+def test_a_planted_metadata_fifo_is_not_opened(tmp_path: Path) -> None:
+    """`python -m edgeconv` puts the working folder (a pull request's checkout) first on sys.path: a
+    `tensorflow-9.9.dist-info/METADATA` there that is a FIFO would block the build forever where it is opened
+    as importlib.metadata opens it. It is passed over: the installed version is found further on the path."""
+    import os
+    import subprocess
+
+    planted = tmp_path / "checkout" / "pyyaml-9.9.dist-info"
+    planted.mkdir(parents=True)
+    os.mkfifo(planted / "METADATA")
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); from edgeconv import installed; "
+             "print(installed.version('PyYAML'))")
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "checkout")], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == md.version("PyYAML")
