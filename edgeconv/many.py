@@ -79,7 +79,7 @@ def build_one(path: Path, options: BuildOptions, display: Display | None = None,
     checks, a user error); (None, None) when the build must run. ``loaded``: the pipeline as this run
     already loaded it from ``path``."""
     from .building import build, from_cache
-    from .cache_remote import open_cache
+    from .cache import open_cache
     from .config import load_pipeline
 
     start = time.perf_counter()
@@ -217,8 +217,8 @@ def _prefetching(paths: Sequence[Path], options: BuildOptions) -> Iterator[dict[
     these, not loaded again). What the fetching says (a corrupt entry) is logged where it was before the
     block's builds set their own logging, once the block ends."""
     from .building import cache_key
-    from .cache import location
-    from .cache_remote import RemoteCache, open_cache
+    from .cache import location, open_cache
+    from .cache_remote import RemoteCache
     from .config import load_pipeline
 
     if caching_off(options) or not isinstance(location(options.cache_dir), str):

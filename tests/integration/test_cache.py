@@ -84,8 +84,9 @@ def test_unchanged_rebuild_comes_from_the_cache_and_any_change_builds(primed: di
 
 def test_a_cached_rebuild_imports_no_build_stage(project: Path) -> None:
     """A served build as a CI step runs it, a fresh process: the pipeline validated, the key, the entry
-    verified, the targets checked again on the served .tflite; not NumPy, TensorFlow, the stages, the -j pool
-    or the remote cache's event loop, nor importlib.metadata (versions are read from the dist-info folders).
+    verified, the targets checked again on the served .tflite; not NumPy, TensorFlow, the stages, the -j pool,
+    the remote cache (a local one is in use) or its event loop, nor importlib.metadata (versions are read from
+    the dist-info folders).
     The first process works out the installation's facts (versions and sources digest) and keeps them in the
     cache folder; the next reads them back and keeps nothing new. Both are served, so the kept facts make the
     same key."""
@@ -93,7 +94,7 @@ def test_a_cached_rebuild_imports_no_build_stage(project: Path) -> None:
     import sys
 
     heavy = ("numpy", "tensorflow", "edgeconv.pipeline", "edgeconv.calibration.checks", "edgeconv.verify.stage",
-             "multiprocessing", "asyncio", "importlib.metadata")
+             "multiprocessing", "asyncio", "importlib.metadata", "edgeconv.cache_remote", "uuid")
     probe = (f"import sys\nfrom edgeconv.cli import main\ncode = main(['build', 'pipeline.yaml'])\n"
              f"print(code, sorted(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)")
     seen, kept = [], []
