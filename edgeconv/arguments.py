@@ -46,14 +46,20 @@ def _op_names(prefix: str, **_: Any) -> list[str]:
     return sorted(n for n in BUILTIN_OP_NAMES if n.startswith(prefix.upper()))
 
 
+# Every command, in the order of `edgeconv --help` (tests/unit/test_console_flags.py: the whole parser's).
+COMMANDS = ("build", "validate", "check", "diff", "targets", "passes", "view", "reference", "cache", "summary",
+            "schema")
+
+
 def parser(command: str | None = None) -> argparse.ArgumentParser:
     """edgeconv's argument parser: a sub-command each, -q/-v on every one.
 
-    With ``command`` (the command being run), only that command's parser gets its arguments; the others are
-    their names and help lines (argparse makes a help formatter for every argument it is given: building
-    every command's took 12-16 ms of each run, more than `edgeconv check` spends on its checks). An unknown
-    command is refused with every name, as with the whole parser; ``edgeconv --help`` and shell completion
-    get the whole parser."""
+    With ``command`` (the command being run), only that command gets a parser (argparse makes a help
+    formatter for every argument it is given, and looks up the translation of three messages for every
+    parser, three file lookups each: building every command's took 12-16 ms of each run, more than `edgeconv
+    check` spends on its checks). An unknown command gets every command's name and help line, so that it is
+    refused with every name, as with the whole parser; ``edgeconv --help`` and shell completion get the whole
+    parser."""
     top = argparse.ArgumentParser(
         prog="edgeconv",
         description="Convert TensorFlow/Keras models to gated INT8 .tflite for edge targets.",
@@ -72,7 +78,8 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
     def add(name: str, text: str, arguments: Callable[[argparse.ArgumentParser], None], *, flags: bool = True) -> None:
         """Command ``name`` (``flags``: it takes -q/-v itself, not only its actions)."""
         if command is not None and name != command:
-            sub.add_parser(name, help=text)
+            if command not in COMMANDS:  # the error names every command
+                sub.add_parser(name, help=text)
             return
         arguments(sub.add_parser(name, help=text, parents=[common] if flags else []))
 

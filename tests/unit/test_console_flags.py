@@ -48,7 +48,7 @@ def test_the_parser_built_for_one_command_is_the_whole_parsers_for_it(command: l
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """The CLI builds only the command being run (argparse's help formatter for every argument of every
     command cost 12-16 ms a run): that command's help and what it parses are the whole parser's, and every
-    other command is a bare name."""
+    other command is left out."""
     import argparse
 
     helps = []
@@ -61,8 +61,16 @@ def test_the_parser_built_for_one_command_is_the_whole_parsers_for_it(command: l
         helps.append(capsys.readouterr().err)
     assert helps[0] == helps[2] and helps[1] == helps[3]
     (commands,) = [a for a in _parser(command[0])._actions if isinstance(a, argparse._SubParsersAction)]
-    bare = {name for name, child in commands.choices.items() if [a.dest for a in child._actions] == ["help"]}
-    assert bare == set(commands.choices) - {command[0]}
+    assert list(commands.choices) == [command[0]]
+
+
+def test_commands_names_every_command_in_the_order_of_help() -> None:
+    import argparse
+
+    from edgeconv.arguments import COMMANDS
+
+    (commands,) = [a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert tuple(commands.choices) == COMMANDS
 
 
 def test_an_unknown_command_is_refused_with_every_name(capsys: pytest.CaptureFixture[str]) -> None:
