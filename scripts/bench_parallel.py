@@ -14,13 +14,22 @@ per variant for the process tree's peak PSS (``bench_build.run``). ``--edgeconv-
 from another checkout (an older commit) for a before/after table; the variants take turns in each
 repeat. ``--ceiling`` measures what the machine itself allows: one build alone against N separate
 ``edgeconv build`` processes started together (each imports TensorFlow, no serial part): two builds
-side by side each run slower than one alone (memory bandwidth, shared caches), which bounds any ``-j``."""
+side by side each run slower than one alone (memory bandwidth, shared caches), which bounds any ``-j``.
+``--bound`` measures the bound of this very work (Amdahl's law on the measured parts): each run's builds'
+own times (``timings.total_s`` of their reports) and the TensorFlow import ``-j N`` reports it made before
+its pool. ``-j 1`` is W1 = outside + its builds (the first build's load imports TensorFlow); ``-j N`` pays
+the same outside, the import before the pool (which forks after it), then its builds N at a time, so no
+scheduling makes it faster than outside + import + (its builds' sum) / N (or its longest build): the best
+speed-up this work allows is W1 over that. The builds' sum at ``-j N`` against ``-j 1``'s less the import
+says how much slower builds run side by side (shared caches and memory bandwidth, and each pool process's
+first build warming up)."""
 
 from __future__ import annotations
 
 import argparse
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -70,9 +79,14 @@ def main() -> None:
     parser.add_argument("--ceiling", action="store_true",
                         help="also the machine's own limit: one build alone against N separate edgeconv "
                              "processes (N = the largest -j) started together, per repeat")
+    parser.add_argument("--bound", action="store_true",
+                        help="also the best speed-up this work allows, from each run's build times and a "
+                             "fresh TensorFlow import per repeat")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-parallel-"))
     pipelines = [str(p) for p in copies(work, args.copies, args.model)]
+    builds: dict[tuple[str, int], list[list[float]]] = {}  # each run's builds' own times (their reports)
+    imports: list[float] = []
     env = {**os.environ, "EDGECONV_NO_CACHE": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
     checkouts = {"this checkout": env}
     if args.edgeconv_from is not None:
@@ -82,10 +96,16 @@ def main() -> None:
         for label, run_env in checkouts.items():
             for jobs in args.jobs:
                 runs = measured.setdefault((label, jobs), [])
+                said: list[str] = []
                 runs.append(run([sys.executable, "-m", "edgeconv", "build", *pipelines, "-j", str(jobs), "-q"],
-                                work, run_env, memory=False))
+                                work, run_env, memory=False, stdout=said))
                 print(f"{label:20} -j {jobs}: wall {runs[-1][0]:6.1f} s  cpu {runs[-1][1]:6.1f} s",
                       file=sys.stderr, flush=True)
+                if args.bound:
+                    builds.setdefault((label, jobs), []).append(build_seconds(pipelines, work))
+                    found = re.search(r"TensorFlow imported once, in ([0-9.]+) s", said[0])
+                    if found is not None:
+                        imports.append(float(found.group(1)))
     if args.ceiling:
         n = max(args.jobs)
         alone, together = [], []
@@ -99,6 +119,8 @@ def main() -> None:
         print(f"Ceiling: one build alone {a:.1f} s; {n} separate processes started together {t:.1f} s (each "
               f"{t / a:.2f}x slower side by side, each importing TensorFlow): {n} at a time this way gives "
               f"{n * a / t:.2f}x the throughput of one at a time.\n")
+    if args.bound:
+        print(bound_table(measured, builds, imports, args.jobs))
     peaks = {}
     if args.memory:  # runs of their own: the sampler would take CPU from the builds it measures
         for label, run_env in checkouts.items():
@@ -118,6 +140,44 @@ def main() -> None:
         memory = "-" if math.isnan(pss) else f"{pss:.0f}"
         print(f"| {label} | {jobs} | {wall:.1f} | {cpu:.1f} | {memory} | {base_wall / wall:.2f}x | "
               f"{cpu - base_cpu:+.1f} s |")
+
+
+def build_seconds(pipelines: list[str], work: Path) -> list[float]:
+    """The builds' own times (``timings.total_s``) in the reports the last run wrote."""
+    import json
+
+    times = []
+    for path in pipelines:
+        out = re.search(r"\bdir: ([^\s}]+)", Path(path).read_text())  # the output folder copies() set
+        assert out is not None, path
+        times.append(json.loads((work / out.group(1) / "report.json").read_text())["timings"]["total_s"])
+    return times
+
+
+def bound_table(measured: dict[tuple[str, int], list[tuple[float, ...]]],
+                builds: dict[tuple[str, int], list[list[float]]], imports: list[float], jobs: list[int]) -> str:
+    """For each checkout and -j: medians of wall, the builds' sum, the TensorFlow import, and the bound."""
+    imp = median_high(imports)
+    lines = [f"TensorFlow import before the pool (as -j N reports it): {imp:.2f} s (median of {len(imports)})", "",
+             "| edgeconv | -j | wall s | builds' sum s | outside the builds s | best wall this work allows s "
+             "| measured speed-up | best speed-up | builds side by side vs alone |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for (label, n), runs in measured.items():
+        one = measured[label, jobs[0]]
+        w1 = median_high(r[0] for r in one)
+        sums1 = [sum(b) for b in builds[label, jobs[0]]]
+        outside = median_high(r[0] - b for r, b in zip(one, sums1, strict=True))
+        wall = median_high(r[0] for r in runs)
+        sums = [sum(b) for b in builds[label, n]]
+        longest = median_high(max(b) for b in builds[label, n])
+        if n == jobs[0]:
+            best, slower = w1, 1.0
+        else:
+            best = outside + imp + max(median_high(sums) / n, longest)
+            slower = median_high(sums) / (median_high(sums1) - imp)
+        lines.append(f"| {label} | {n} | {wall:.1f} | {median_high(sums):.1f} | {outside:.2f} | {best:.1f} | "
+                     f"{w1 / wall:.2f}x | {w1 / best:.2f}x | {slower:.2f}x |")
+    return "\n".join(lines) + "\n"
 
 
 def _together(pipelines: list[str], cwd: Path, env: dict[str, str]) -> float:
