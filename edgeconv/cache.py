@@ -79,18 +79,6 @@ def location(where: str | Path | None) -> str | Path:
     return where
 
 
-def open_cache(where: str | Path | None, access: str | None = None) -> BuildCache:
-    """The build cache at ``where`` (see :func:`location`): a local folder, or a remote one read through a
-    local copy (``access`` as its probe found it, when known; :mod:`edgeconv.cache_remote` is imported only
-    for a remote one)."""
-    found = location(where)
-    if isinstance(found, Path):
-        return BuildCache(found)
-    from .cache_remote import open_remote
-
-    return open_remote(found, access)
-
-
 def _foreign(path: Path) -> str | None:
     """Why a cache folder or file cannot be trusted: owned by another user, or writable by others (anyone
     could plant an entry); None when it is ours alone."""

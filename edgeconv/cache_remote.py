@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._lazy import lazy_import
-from .cache import STAGING_AGE_S, BuildCache, _inside, default_dir
+from .cache import STAGING_AGE_S, BuildCache, _inside, default_dir, location
 from .errors import EdgeconvError
 
 if TYPE_CHECKING:
@@ -85,14 +85,16 @@ _S3 = {"config_kwargs": {"connect_timeout": 5, "read_timeout": 60,
 _OPTIONS: dict[str, dict[str, Any]] = {"s3": _S3, "s3a": _S3}
 
 
-def open_remote(url: str, access: str | None = None) -> RemoteCache:
-    """The remote cache at ``url`` read through the local default folder (one per process and place: what it
-    learnt, such as its access and the keys found absent, lasts); ``access`` as its probe found it, when
-    known. :func:`edgeconv.cache.open_cache` calls this for a URL."""
+def open_cache(where: str | Path | None, access: str | None = None) -> BuildCache:
+    """The build cache at ``where`` (see :func:`edgeconv.cache.location`): a local folder, or a remote one read
+    through a local copy (``access`` as its probe found it, when known)."""
+    found = location(where)
+    if isinstance(found, Path):
+        return BuildCache(found)
     local = default_dir()
-    held = _REMOTES.get((url, local))
+    held = _REMOTES.get((found, local))
     if held is None or held.pid != os.getpid():
-        held = _REMOTES[(url, local)] = RemoteCache(url, local, access)
+        held = _REMOTES[(found, local)] = RemoteCache(found, local, access)
     elif access is not None:
         held.access = access
     return held

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     import multiprocessing.context
     import multiprocessing.queues
 
+    from .cache import BuildCache
     from .config import PipelineConfig
     from .console import Display
     from .results import BuildResult
@@ -79,7 +80,6 @@ def build_one(path: Path, options: BuildOptions, display: Display | None = None,
     checks, a user error); (None, None) when the build must run. ``loaded``: the pipeline as this run
     already loaded it from ``path``."""
     from .building import build, from_cache
-    from .cache import open_cache
     from .config import load_pipeline
 
     start = time.perf_counter()
@@ -94,7 +94,7 @@ def build_one(path: Path, options: BuildOptions, display: Display | None = None,
             logger.setLevel(logging.DEBUG if options.verbose else logging.INFO)
         else:
             logger.handlers = [logging.NullHandler()]
-        cache = None if caching_off(options) else open_cache(options.cache_dir, options.cache_access)
+        cache = None if caching_off(options) else _cache(options)
         try:
             if cached_only:
                 if cache is None:
@@ -123,6 +123,18 @@ def build_one(path: Path, options: BuildOptions, display: Display | None = None,
 
 def caching_off(options: BuildOptions) -> bool:
     return options.no_cache or os.environ.get("EDGECONV_NO_CACHE", "") not in ("", "0")
+
+
+def _cache(options: BuildOptions) -> BuildCache:
+    """The build's cache: a local folder, or a remote one read through a local copy. The remote cache's
+    module (and uuid, platform with it: about 10 ms of a cached rebuild) is imported only for a remote one."""
+    from .cache import BuildCache, location
+
+    if isinstance(found := location(options.cache_dir), Path):
+        return BuildCache(found)
+    from .cache_remote import open_cache
+
+    return open_cache(found, options.cache_access)
 
 
 def prepare_cache(options: BuildOptions) -> tuple[BuildOptions, str | None]:
@@ -217,8 +229,8 @@ def _prefetching(paths: Sequence[Path], options: BuildOptions) -> Iterator[dict[
     these, not loaded again). What the fetching says (a corrupt entry) is logged where it was before the
     block's builds set their own logging, once the block ends."""
     from .building import cache_key
-    from .cache import location, open_cache
-    from .cache_remote import RemoteCache
+    from .cache import location
+    from .cache_remote import RemoteCache, open_cache
     from .config import load_pipeline
 
     if caching_off(options) or not isinstance(location(options.cache_dir), str):

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from edgeconv import cache_remote
-from edgeconv.cache import is_url, location, open_cache
+from edgeconv.cache import is_url, location
 from edgeconv.cache_remote import (
     ENTRY_LIMIT,
     INLINE_LIMIT,
@@ -28,6 +28,7 @@ from edgeconv.cache_remote import (
     RemoteCache,
     _entry_object,
     _manifest,
+    open_cache,
     remote_entries,
     remote_prune,
 )
