@@ -230,13 +230,14 @@ def _prefetching(paths: Sequence[Path], options: BuildOptions) -> Iterator[dict[
     block's builds set their own logging, once the block ends."""
     from .building import cache_key
     from .cache import location
-    from .cache_remote import RemoteCache, open_cache
     from .config import load_pipeline
 
     if caching_off(options) or not isinstance(location(options.cache_dir), str):
         yield {}
         return
-    cache = open_cache(options.cache_dir, options.cache_access)
+    from .cache_remote import RemoteCache
+
+    cache = _cache(options)
     assert isinstance(cache, RemoteCache)
     keys, loaded = [], {}
     for path in paths:
