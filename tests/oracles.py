@@ -2,7 +2,8 @@
 
 XNNPACK: load the model in ai-edge-litert with its default delegate; after allocation the
 op list holds one DELEGATE node per partition. An original node is delegated when it
-lies between a DELEGATE node's outputs and its inputs (walking producers backwards).
+lies between a DELEGATE node's outputs and its inputs (walking producers backwards), or
+when it reads or writes a tensor the arena gave no memory (only a delegate's kernel uses it).
 
 TFLM: the tflite-micro Python interpreter (reference kernels) either loads and runs the
 model or refuses it; its log names the op that failed.
@@ -15,6 +16,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -46,9 +48,20 @@ def xnnpack_delegated(path: Path) -> list[tuple[int, str, bool]]:
     # A tensor a delegated op writes that no DELEGATE node outputs never leaves the delegate: every op
     # that reads it is inside too (ops without outputs, such as ASSIGN_VARIABLE, are found this way).
     # Resource handles (VAR_HANDLE outputs) are shared by ops inside and outside a partition: not counted.
+    # The walk above cannot see an op whose only reader has no outputs (STRIDED_SLICE -> ASSIGN_VARIABLE)
+    # when its input also leaves the delegate; the arena can: after allocate_tensors() every tensor an op
+    # of the execution plan reads or writes has its memory, and a tensor only a delegate's kernel uses has
+    # none (static shapes only: a dynamic tensor gets its memory when its op runs).
     from edgeconv.converters.tflite_reader import TensorType, read_tflite
 
-    resources = {t.index for t in read_tflite(path).main.tensors if t.dtype is TensorType.RESOURCE}
+    tensors = read_tflite(path).main.tensors
+    resources = {t.index for t in tensors if t.dtype is TensorType.RESOURCE}
+    static = {t.index for t in tensors if -1 not in (t.shape_signature or t.shape)
+              and t.dtype not in (TensorType.RESOURCE, TensorType.VARIANT, TensorType.STRING)}
+    written = {int(t) for d in original for t in d["outputs"]}
+    inside = {int(t) for t in written & static if _has_no_memory(interpreter, int(t))}
+    delegated |= {d["index"] for d in original
+                  if any(int(t) in inside for t in (*d["outputs"], *d["inputs"]))}
     grown = True
     while grown:
         internal = {int(t) for i in delegated for t in details[i]["outputs"]} - boundary_out - resources
@@ -57,6 +70,17 @@ def xnnpack_delegated(path: Path) -> list[tuple[int, str, bool]]:
         grown = bool(more)
         delegated |= more
     return [(d["index"], d["op_name"], d["index"] in delegated) for d in original]
+
+
+def _has_no_memory(interpreter: Any, tensor: int) -> bool:
+    """The tensor has no memory in the interpreter's arena (only a delegate's kernel uses it)."""
+    try:
+        interpreter.tensor(tensor)()
+    except ValueError as exc:
+        if "null" in str(exc):
+            return True
+        raise
+    return False
 
 
 _TFLM_PROBE = """

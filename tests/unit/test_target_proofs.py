@@ -90,6 +90,29 @@ def test_arm_neon_predicts_what_xnnpack_delegates(path: Path) -> None:
     assert all((r.status is OpStatus.UNSUPPORTED) == (r.op.custom_code is not None) for r in result.ops)
 
 
+def test_the_xnnpack_oracle_sees_an_op_whose_only_reader_has_no_outputs() -> None:
+    """pymicro-wakeword "okay nabu": three STRIDED_SLICE -> ASSIGN_VARIABLE pairs slice a CONCATENATION
+    output that a SPLIT_V XNNPACK does not take also reads. The walk back from the DELEGATE nodes' outputs
+    cannot reach them (the CONCATENATION output leaves the delegate, the ASSIGN_VARIABLE has no output);
+    the arena shows where they run: a slice's output has no memory (only the delegate's kernel uses it),
+    the CONCATENATION output the SPLIT_V reads has. Until this, the oracle called them CPU ops and
+    edgeconv's "supported" a known difference."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from ..oracles import _has_no_memory
+
+    path = next(p for p in CORPUS if p.name == "pymicro_wakeword-okay_nabu.tflite")
+    found = {index: (op, on) for index, op, on in xnnpack_delegated(path)}
+    assert [found[i] for i in (22, 23, 24, 25)] == [("CONCATENATION", True), ("STRIDED_SLICE", True),
+                                                    ("ASSIGN_VARIABLE", True), ("SPLIT_V", False)]
+    assert [found[i] for i in (33, 34, 35, 36, 43, 44, 45, 46)] == [
+        ("CONCATENATION", True), ("STRIDED_SLICE", True), ("ASSIGN_VARIABLE", True), ("SPLIT_V", False)] * 2
+    interpreter = Interpreter(model_path=str(path))
+    interpreter.allocate_tensors()
+    slices, concatenated = (68, 79, 89), (67, 78, 88)
+    assert [_has_no_memory(interpreter, t) for t in (*slices, *concatenated)] == [True] * 3 + [False] * 3
+
+
 def test_there_are_models_to_prove_against() -> None:
     assert len(OP_MODELS) >= 60 and len(PAIRS) == 11 and len(CORPUS) >= 110
 
