@@ -51,12 +51,13 @@ def xnnpack_delegated(path: Path) -> list[tuple[int, str, bool]]:
     # The walk above cannot see an op whose only reader has no outputs (STRIDED_SLICE -> ASSIGN_VARIABLE)
     # when its input also leaves the delegate; the arena can: after allocate_tensors() every tensor an op
     # of the execution plan reads or writes has its memory, and a tensor only a delegate's kernel uses has
-    # none (static shapes only: a dynamic tensor gets its memory when its op runs).
+    # none (static, non-empty shapes only: a dynamic tensor gets its memory when its op runs, an empty one
+    # never).
     from edgeconv.converters.tflite_reader import TensorType, read_tflite
 
     tensors = read_tflite(path).main.tensors
     resources = {t.index for t in tensors if t.dtype is TensorType.RESOURCE}
-    static = {t.index for t in tensors if -1 not in (t.shape_signature or t.shape)
+    static = {t.index for t in tensors if -1 not in (t.shape_signature or t.shape) and 0 not in t.shape
               and t.dtype not in (TensorType.RESOURCE, TensorType.VARIANT, TensorType.STRING)}
     written = {int(t) for d in original for t in d["outputs"]}
     inside = {int(t) for t in written & static if _has_no_memory(interpreter, int(t))}
