@@ -20,8 +20,9 @@ shares with the build twice, and the sum of PSS, which splits them (the physical
 uses it). ``--edgeconv-from`` adds the same two edgeconv rows run
 from another checkout (an older commit), for a before/after table.
 
-Models: ``digits`` (the shipped example), ``mobilenetv2-0.35-96``, ``mobilenetv2-1.0-224`` and
-``efficientnetb0-224`` (keras.applications, random weights, seed 0), and ``tf1-tagger-96x64``: a TF1
+Models: ``digits`` (the shipped example), ``mobilenetv2-0.35-96``, ``mobilenetv2-1.0-224``,
+``efficientnetb0-224``, and, held out from the goals' models, ``mobilenetv3small-224`` and ``resnet50-224``
+(keras.applications, random weights, seed 0), and ``tf1-tagger-96x64``: a TF1
 frozen graph of 318 nodes with batch norm and dropout in ``tf.cond`` behind an ``is_training``
 placeholder (see ``TF1_TAGGER``; its hand script imports the graph with the placeholder fed False and
 converts from the session, edgeconv binds it: ``model.bind: {is_training: false}``).
@@ -51,6 +52,9 @@ APPS = {
     "mobilenetv2-0.35-96": ("MobileNetV2", {"alpha": 0.35}, 96),
     "mobilenetv2-1.0-224": ("MobileNetV2", {"alpha": 1.0}, 224),
     "efficientnetb0-224": ("EfficientNetB0", {}, 224),
+    # Held out from the goals' models (other ops: hard-swish and squeeze-excite; a deep residual network).
+    "mobilenetv3small-224": ("MobileNetV3Small", {}, 224),
+    "resnet50-224": ("ResNet50", {}, 224),
 }
 CALIBRATION, EVALUATION = 200, 100
 TF1 = "tf1-tagger-96x64"

