@@ -157,6 +157,8 @@ def build_seconds(pipelines: list[str], work: Path) -> list[float]:
 def bound_table(measured: dict[tuple[str, int], list[tuple[float, ...]]],
                 builds: dict[tuple[str, int], list[list[float]]], imports: list[float], jobs: list[int]) -> str:
     """For each checkout and -j: medians of wall, the builds' sum, the TensorFlow import, and the bound."""
+    if not imports:  # only -j 1 ran, or the pool's processes were spawned (each imports TensorFlow itself)
+        return "No run reported a TensorFlow import before its pool: no bound to compute (needs -j N > 1 forked).\n"
     imp = median_high(imports)
     lines = [f"TensorFlow import before the pool (as -j N reports it): {imp:.2f} s (median of {len(imports)})", "",
              "| edgeconv | -j | wall s | builds' sum s | outside the builds s | best wall this work allows s "
