@@ -236,13 +236,12 @@ def install_fingerprint() -> str:
     but for the working folder that ``python -m``/``-c`` put first (a project folder, whose time every file a
     CI step writes there changes); and every file of the edgeconv package with its size, modification time
     and inode."""
+    from .installed import installation_path
+
     digest = hashlib.sha256("\0".join((sys.executable, sys.prefix, sys.version, str(_PACKAGE_INSTALLED))).encode())
-    here = os.getcwd()
-    for entry in sys.path:
-        if entry in ("", here):  # the folder a command runs in (`-m`, `-c`): a project's, changed by every build
-            continue
+    for entry in installation_path():  # not the folder a command runs in: a project's, changed by every build
         with contextlib.suppress(OSError):
-            st = os.stat(entry or os.curdir)
+            st = os.stat(entry)
             digest.update(f"\0{entry}\0{st.st_mtime_ns}\0{st.st_ino}".encode())
     files = []
     folders = [str(_PACKAGE_INSTALLED)]

@@ -2,7 +2,8 @@
 it (26 ms: ``email``, ``zipfile``, ``csv``...; a cache key and a report ask for about twenty versions, and a
 fresh CI runner asks on every run).
 
-A distribution is found as importlib.metadata finds it: the first folder on ``sys.path`` holding a
+A distribution is found as importlib.metadata finds it, on the installation's path (:func:`installation_path`:
+``sys.path`` without the folder a command runs in): the first folder holding a
 ``<name>-<version>.dist-info`` or ``<name>[-...].egg-info`` entry whose name normalises to the one asked
 (PEP 503: runs of ``-``, ``_``, ``.`` alike, any case); its version is the first ``Version:`` header of its
 ``METADATA`` (``PKG-INFO`` for an egg). Anything this cannot read as importlib.metadata would (a
@@ -25,9 +26,22 @@ def normalized(name: str) -> str:
     return _SEPARATORS.sub("-", name).lower()
 
 
+def installation_path() -> tuple[str, ...]:
+    """``sys.path`` without the folder a command runs in, which ``python -m`` and ``-c`` put first: a project
+    folder (in CI a pull request's checkout), not an installation. A ``numpy-0.0.1.dist-info`` planted there
+    must not stand for the installed NumPy in a cache key or a report, and every file written there would
+    otherwise change the installation's fingerprint (:func:`edgeconv.cache.install_fingerprint`)."""
+    try:
+        here = os.getcwd()
+    except OSError:  # the working folder was removed
+        here = ""
+    return tuple(entry for entry in sys.path if entry not in ("", here))
+
+
 def version(name: str) -> str | None:
     """The installed version of distribution ``name`` (None: not installed)."""
-    index, complete = _index(tuple(sys.path))
+    path = installation_path()
+    index, complete = _index(path)
     found = index.get(normalized(name), [])
     for file in found:
         read, regular = _metadata_version(file)
@@ -40,10 +54,8 @@ def version(name: str) -> str | None:
             return None  # none installed, or only metadata that is not a file (a FIFO, a device): not read
     import importlib.metadata as md  # what this module cannot read: importlib.metadata's own answer
 
-    try:
-        return md.version(name)
-    except md.PackageNotFoundError:
-        return None
+    found_dist = next(iter(md.distributions(name=name, path=list(path))), None)
+    return None if found_dist is None else found_dist.version
 
 
 @functools.cache
@@ -52,8 +64,7 @@ def _index(path: tuple[str, ...]) -> tuple[dict[str, list[str]], bool]:
     ``path`` was a folder this could list (else a miss is not the final word)."""
     found: dict[str, list[str]] = {}
     complete = True
-    for entry in path:
-        folder = entry or "."
+    for folder in path:
         try:
             with os.scandir(folder) as listed:
                 names = sorted(item.name for item in listed)

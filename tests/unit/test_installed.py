@@ -87,3 +87,23 @@ def test_a_planted_metadata_fifo_is_not_opened(tmp_path: Path) -> None:
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == md.version("PyYAML")
+
+
+def test_a_distribution_planted_in_the_working_folder_is_not_the_installed_one(tmp_path: Path) -> None:
+    """`python -m edgeconv` (and `-c`) put the folder it runs in first on sys.path: in CI a pull request's
+    checkout. A `pyyaml-0.0.1.dist-info` (or `protobuf-...`) there is not the installation: the version a
+    cache key and a report name is the installed one, and the planted folder leaves the installation's
+    fingerprint as it was (so the kept facts are not worked out from it either)."""
+    import subprocess
+
+    checkout = tmp_path / "checkout"
+    for dist in ("pyyaml-0.0.1.dist-info", "protobuf-0.0.1.dist-info"):
+        (checkout / dist).mkdir(parents=True)
+        (checkout / dist / "METADATA").write_text(_metadata("0.0.1"))
+    probe = ("from edgeconv import installed, cache, config; import sys; "
+             "print(installed.version('PyYAML'), cache.library_versions().get('protobuf'), "
+             "config.toolchain_version('tensorflow'), cache.install_fingerprint())")
+    said = [subprocess.run([sys.executable, "-c", probe], cwd=folder, capture_output=True, text=True, timeout=60,
+                           check=True).stdout.split() for folder in (checkout, tmp_path)]
+    assert said[0][:2] == [md.version("PyYAML"), _imd("protobuf") or "None"]
+    assert said[0] == said[1]  # the same answers, and the same fingerprint, as from a folder with no plants
