@@ -65,6 +65,18 @@ def test_edgetpu_leaves_a_custom_op_at_the_end_on_the_cpu() -> None:
     assert result.shares()["macs"] == 1.0
 
 
+def test_the_accelerator_line_names_the_blocking_ops_layer_only_when_a_build_has_layers() -> None:
+    """A build knows its graph's layer names and says the first blocking op's; `check` of a bare .tflite has
+    none and says the op alone (and does not import the layer-name helper)."""
+    from edgeconv.verdict import accelerator_line
+
+    result = check_model(read_tflite(ORACLES / "bodypix_mobilenet_v1_075_512_512_16_quant_decoder.tflite"),
+                         load_target("edgetpu"))
+    head = "edgetpu: 43 of 44 ops (100.0% of MACs) on the Edge TPU; first blocking op #43 CUSTOM"
+    assert accelerator_line(result).startswith(f"{head}: custom op 'PosenetDecoderOp'")
+    assert accelerator_line(result, ["poses", "backbone"]).startswith(f"{head} (layer poses): custom op ")
+
+
 @pytest.mark.parametrize("path", CORPUS, ids=[p.name for p in CORPUS])
 def test_arm_neon_agrees_with_xnnpack_on_the_corpus(path: Path) -> None:
     """Every op: supported <=> XNNPACK delegates it; a model the interpreter cannot load has an
