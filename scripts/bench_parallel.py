@@ -80,8 +80,8 @@ def main() -> None:
                         help="also the machine's own limit: one build alone against N separate edgeconv "
                              "processes (N = the largest -j) started together, per repeat")
     parser.add_argument("--bound", action="store_true",
-                        help="also the best speed-up this work allows, from each run's build times and a "
-                             "fresh TensorFlow import per repeat")
+                        help="also the best speed-up this work allows, from each run's build times and the "
+                             "TensorFlow import -j N reports making before its pool")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-parallel-"))
     pipelines = [str(p) for p in copies(work, args.copies, args.model)]
@@ -96,9 +96,9 @@ def main() -> None:
         for label, run_env in checkouts.items():
             for jobs in args.jobs:
                 runs = measured.setdefault((label, jobs), [])
-                said: list[str] = []
+                said: list[str] = []  # what the run prints (--bound reads its TensorFlow import from it)
                 runs.append(run([sys.executable, "-m", "edgeconv", "build", *pipelines, "-j", str(jobs), "-q"],
-                                work, run_env, memory=False, stdout=said))
+                                work, run_env, memory=False, stdout=said if args.bound else None))
                 print(f"{label:20} -j {jobs}: wall {runs[-1][0]:6.1f} s  cpu {runs[-1][1]:6.1f} s",
                       file=sys.stderr, flush=True)
                 if args.bound:
