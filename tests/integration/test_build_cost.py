@@ -27,12 +27,12 @@ CALIBRATION = 48
 EVALUATION = 40
 
 
-def _project(tmp_path: Path, culprits: int) -> Path:
+def _project(tmp_path: Path, culprits: int, evaluation: int = EVALUATION) -> Path:
     import keras
 
     models.dense_model(tmp_path / "tiny.keras", keras.layers.ReLU(name="act"), features=7, hidden=9, classes=5)
     models.calibration(tmp_path / "cal.npz", samples=CALIBRATION, features=7)
-    x = np.random.default_rng(5).normal(size=(EVALUATION, 7)).astype(np.float32)
+    x = np.random.default_rng(5).normal(size=(evaluation, 7)).astype(np.float32)
     np.savez(tmp_path / "eval.npz", feat=x)
     return models.pipeline(tmp_path, "tiny.keras", "cal.npz", samples=CALIBRATION,
                            extra=f"evaluation: {{path: eval.npz}}\nverify: {{culprits: {culprits}}}\n"
@@ -109,6 +109,28 @@ def test_each_model_runs_over_the_evaluation_samples_once(tmp_path: Path, monkey
     for section in ("parity", "diagnosis"):
         assert results[0].report[section] == results[1].report[section]  # type: ignore[literal-required]
     assert results[0].tflite_path.read_bytes() == results[1].tflite_path.read_bytes()
+
+
+def test_an_input_the_screen_clears_is_not_replayed_on_the_other_samples(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With 80 evaluation samples, the failing build's diagnosis replays the input (7 features, each over
+    about 200 of its int8 levels: nothing against it) on the first 32 only: there it explains less than an
+    eighth of the error, so the float .tflite runs the 80 samples once (the activation check, recorded for
+    parity) and 32 more, not 80 more; and the input is no cause."""
+    from edgeconv.verify import diagnosis
+
+    pipeline = _project(tmp_path, culprits=0, evaluation=80)
+    pipeline.write_text(pipeline.read_text() + "gates: {min_sqnr_db: 99}\n")
+    counts = _model_runs(monkeypatch)
+    result = edgeconv.build(pipeline)
+    assert not result.passed and result.report["diagnosis"] is not None
+    built = hashlib.sha256(result.tflite_path.read_bytes()).hexdigest()
+    assert counts.pop(built) == CALIBRATION + 80
+    checks = [w["check"] for w in result.report["quantization"]["calibration"]["warnings"]]
+    clipped = CALIBRATION if "activation_range" in checks else 0  # do the tensor's own values clip too?
+    assert list(counts.values()) == [80 + clipped + diagnosis.SCREEN]
+    assert [c["id"] for c in result.report["diagnosis"]["causes"] if c["id"] in ("input_resolution",
+                                                                                 "calibration_data")] == []
 
 
 @pytest.fixture

@@ -106,3 +106,86 @@ def test_the_op_cause_skips_an_op_a_cause_above_names() -> None:
     (cause,) = diagnosis.op_cause(ranked, {"a"})
     assert cause["subject"] == "b" and cause["sentence"].startswith("CONV_2D (layer2) is #2 of the quantized ops")
     assert diagnosis.op_cause(ranked, {"a", "b"}) == []
+
+
+@pytest.mark.parametrize(("count", "batch", "first"), [
+    (63, 1, None), (64, 1, 32),  # the screen leaves at least as many samples to spare, or is not made
+    (59, 5, None), (60, 5, 30),  # whole batches
+    (79, 40, None), (80, 40, 40),  # a batch larger than the screen: one batch
+])
+def test_the_screen_is_whole_batches_that_leave_as_many_to_spare(count: int, batch: int, first: int | None) -> None:
+    assert diagnosis.screen_size(count, batch) == first
+
+
+class _Samples:
+    """Evaluation samples held in memory, with the calls a diagnosis makes of a SampleSet."""
+
+    role = "evaluation"
+
+    def __init__(self, x: np.ndarray) -> None:
+        self.x = x
+
+    @property
+    def count(self) -> int:
+        return len(self.x)
+
+    def batches(self, batch: int, limit: int | None = None) -> Any:
+        total = len(self.x) if limit is None else min(limit, len(self.x))
+        for i in range(0, total // batch * batch, batch):
+            yield {"x": self.x[i:i + batch]}
+
+
+@pytest.mark.parametrize(("margin_db", "screened_out"), [(-0.01, True), (0.01, False)])
+def test_an_input_with_nothing_against_it_is_replayed_on_the_rest_only_past_the_screen_share(
+        margin_db: float, screened_out: bool) -> None:
+    """shared-range's input under one int8 scale, fed 6 features that each span 200 of its levels (none coarse,
+    no ids, no finding): it is replayed on the first SCREEN samples, and on the other 68 only when the share of
+    the INT8 model's error it explains there reaches SCREEN_SHARE (just below: not a cause, nothing more runs;
+    just above: measured on all 100 samples)."""
+    model = read_tflite(DATA / "shared-range.int8.tflite")
+    (view,) = diagnosis.input_views(model)
+    rng = np.random.default_rng(3)
+    x = ((rng.uniform(-100, 100, (100, 6)) + view.zero_point) * view.scale).astype(np.float32)
+    weights = rng.normal(0, 1, (6, 4))
+    seen: list[int] = []
+
+    def float_run(feeds: Any) -> dict[str, np.ndarray]:
+        seen.append(len(feeds["x"]))
+        return {"y": np.asarray(feeds["x"], np.float64) @ weights}
+
+    samples, shapes, kinds = _Samples(x), {"y": (1, 4)}, {"y": "regression"}
+    first = diagnosis.alone(float_run, samples, 1, view, shapes, None, kinds,  # type: ignore[arg-type]
+                            limit=diagnosis.SCREEN)["outputs"]["y"]["input"]["sqnr_db"]
+    assert sum(seen) == 2 * diagnosis.SCREEN
+    seen.clear()
+    # The INT8 model's SQNR such that the input explains SCREEN_SHARE of its noise power on the screen, +- margin.
+    built_db = first + 10 * np.log10(diagnosis.SCREEN_SHARE) + margin_db
+    setting = diagnosis.Setting(model, float_run, samples, 1, shapes, None, kinds, ["x"])  # type: ignore[arg-type]
+    causes = diagnosis.input_causes(setting, _parity(built_db, None))
+    # The screen's replay and its reference run, then (past the screen) both again on every sample.
+    assert sum(seen) == 2 * diagnosis.SCREEN + (0 if screened_out else 2 * 100)
+    if screened_out:
+        assert causes == []
+    else:  # measured on all 100: a cause only when confirmed there (it explains about an eighth: not)
+        assert [c["id"] for _, c in causes] == []
+
+
+def test_a_coarse_input_is_replayed_on_every_sample_at_once() -> None:
+    """wine-mlp's raw features under one scale (6.59: the largest spans 1,500): the small ones span fewer than 16
+    levels (the first), so no screen: one replay on all 100 samples."""
+    model = read_tflite(DATA / "wine-mlp.int8.tflite")
+    (view,) = diagnosis.input_views(model)
+    x = (np.random.default_rng(4).uniform(0, 1, (100, 13)) * np.linspace(1, 1500, 13)).astype(np.float32)
+    seen: list[int] = []
+
+    def float_run(feeds: Any) -> dict[str, np.ndarray]:
+        seen.append(len(feeds["x"]))
+        return {"y": np.asarray(feeds["x"], np.float64)[:, :3] / 1500}
+
+    setting = diagnosis.Setting(model, float_run, _Samples(x), 1, {"y": (1, 3)}, None,  # type: ignore[arg-type]
+                                {"y": "regression"}, ["x"])
+    ((_, cause),) = diagnosis.input_causes(setting, _parity(60.0, None))
+    assert sum(seen) == 2 * 100
+    assert cause["id"] == "input_resolution"
+    widths = x.max(0) - x.min(0)
+    assert cause["evidence"]["coarse_features"] == [i for i in range(13) if widths[i] / view.scale < 16] == [0]
