@@ -98,3 +98,30 @@ def test_a_model_without_numericverify_ops_is_refused(debug_model: tuple[bytes, 
     plain = (Path(__file__).resolve().parent.parent / "data" / "conv2d-relu.int8.tflite").read_bytes()
     with pytest.raises(ValueError, match=r"^the debug model has no NumericVerify op$"):
         worker.debug_statistics(plain, debug_model[1])
+
+
+@pytest.mark.parametrize(("least", "values", "used"), [
+    (4, 42, 6), (4, 43, 7),  # the smallest ops (dense, softmax) give 7 values a sample: 42 at 6 samples
+    (8, 7, 8), (9, 7, 9),  # enough values after one sample: the least count decides
+])
+def test_the_samples_stop_once_every_op_has_averaged_enough_values(
+        debug_model: tuple[bytes, list[list[np.ndarray]]], least: int, values: int, used: int) -> None:
+    debug, batches = debug_model
+    read: list[int] = []
+
+    def counted() -> Any:
+        for k, batch in enumerate(batches):
+            read.append(k)
+            yield batch
+
+    got = worker.debug_statistics(debug, counted(), least=least, values=values)
+    assert got == worker.debug_statistics(debug, batches[:used])
+    assert got != worker.debug_statistics(debug, batches[:used - 1])
+    assert read == list(range(used + 1))  # the batch after the last used was read, not run
+
+
+def test_the_build_s_sample_counts_keep_a_small_model_at_every_sample_it_is_given() -> None:
+    """The build's numbers: at least 32 samples, and 32,000 values of the smallest op (a 10-class output: 64)."""
+    assert (worker.DEBUG_SAMPLES, worker.DEBUG_LEAST, worker.DEBUG_VALUES) == (64, 32, 32_000)
+    assert -(-worker.DEBUG_VALUES // 1000) == worker.DEBUG_LEAST  # an ImageNet head: 32 samples
+    assert -(-worker.DEBUG_VALUES // 10) > worker.DEBUG_SAMPLES  # ten classes: every sample given
