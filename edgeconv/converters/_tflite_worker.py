@@ -203,7 +203,7 @@ def _calibrate_once() -> None:
 DEBUG_SAMPLES = 64  # evaluation samples the per-op error is measured on, at most
 # ... and fewer, not under DEBUG_LEAST, once every op has averaged DEBUG_VALUES output values: a large model's
 # smallest op (an ImageNet head, 1,000 values a sample) has 32,000 at 32 samples. On ResNet50 @ 224 the two
-# halves of 64 samples rank the same ten ops first, each op's SQNR within 0.05 dB of the 64 samples' (and the
+# halves of 64 samples rank the same ten ops first, their SQNRs within 0.05 dB of the 64 samples' (and the
 # second 32 samples cost 5.7 s); on the shipped example (10 values at its smallest op) 32 samples swap two ops
 # of the first five that are 0.1 dB apart, so it keeps 64.
 DEBUG_LEAST = 32
