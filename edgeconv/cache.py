@@ -15,7 +15,6 @@ whatever the function returns today) and custom modules that are not files next 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import hashlib
 import json
@@ -29,6 +28,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._record import record
 from .config import PipelineConfig, installed_toolchain, resolved_data
 from .digests import path_sha256
 from .output import MARKER
@@ -357,7 +357,7 @@ _KEY = re.compile(r"[0-9a-f]{64}")
 STAGING_AGE_S = 24 * 3600.0  # a staging folder this old is a writer that died (a store takes seconds)
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Entry:
     key: str
     path: Path
@@ -385,7 +385,7 @@ def entries(root: Path) -> list[Entry]:
     return sorted(found, key=lambda e: (e.last_used, e.key))
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Pruned:
     removed: int
     removed_bytes: int

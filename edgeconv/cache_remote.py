@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
 import errno
 import functools
 import hashlib
@@ -56,6 +55,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._lazy import lazy_import
+from ._record import record
 from .cache import STAGING_AGE_S, BuildCache, _inside, default_dir, location
 from .errors import EdgeconvError
 
@@ -514,10 +514,10 @@ def _manifest(raw: bytes, key: str, form: int = FORMAT) -> tuple[str, dict[str, 
     if not files or len(files) > FILES_LIMIT:
         raise ValueError(f"its manifest lists {len(files)} files")
     recorded = {}
-    for name, record in files.items():
+    for name, listed in files.items():
         if not _inside(name):
             raise ValueError(f"a file name leaves the entry: {name!r}")
-        sha, size = (record.get("sha256"), record.get("bytes")) if isinstance(record, dict) else (None, None)
+        sha, size = (listed.get("sha256"), listed.get("bytes")) if isinstance(listed, dict) else (None, None)
         if not isinstance(sha, str) or not _SHA.fullmatch(sha) or type(size) is not int or size < 0:
             raise ValueError(f"{name!r} has no sha256 and size")
         recorded[name] = (sha, size)
@@ -533,7 +533,7 @@ def _words(exc: BaseException) -> str:
 
 # -- what the remote cache holds, and pruning it -------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
+@record
 class RemoteEntry:
     key: str
     upload: str | None  # None: the manifest is unreadable; "": the files are inside it
@@ -547,7 +547,7 @@ class RemoteEntry:
         return max(self.last_used, self.stored + USE_GRANULARITY_S)
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Listing:
     entries: list[RemoteEntry]  # oldest use first
     orphans: dict[tuple[str, str], tuple[int, float]]  # (key, upload) no manifest names: (bytes, newest file)
@@ -616,7 +616,7 @@ def remote_entries(url: str) -> Listing:
         raise EdgeconvError(f"cache {url}: cannot list it ({_words(exc)})") from exc
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class RemotePruned:
     removed: int
     removed_bytes: int

@@ -39,6 +39,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
+from ._record import record
+
 if TYPE_CHECKING:
     import http.client
 
@@ -53,7 +55,7 @@ _REGION = re.compile(r"[a-z]{2}(-[a-z0-9]+){1,4}")  # us-east-1, ap-southeast-2,
 _DNS_BUCKET = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")  # a bucket name usable as a host name label
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Settings:
     key_id: str
     secret: str = dataclasses.field(repr=False)

@@ -10,13 +10,13 @@ built is one test case with an error.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import verdict
+from ._record import record
 from .errors import rel
 from .exit_codes import WORDS
 from .report import first_cause
@@ -28,7 +28,7 @@ _PROBLEM = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+): (?P<message>.*)$")
 EXIT_WORDS = WORDS  # exit code -> word, from the one table (edgeconv.exit_codes)
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Outcome:
     """One pipeline's build: its exit code, and its report or error message."""
 
@@ -142,7 +142,7 @@ def _why(report: rm.Report) -> list[str]:
     return [*report["gate"]["reasons"], *([cause] if cause is not None else [])]
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class SummaryRow:
     """One pipeline in the summary of several: what the Markdown summary and the console's table show."""
 

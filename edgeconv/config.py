@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from . import _yaml
+from ._record import record
 from ._schema import INVALID, Ctx, dump_value, json_schema_of, parse_dataclass, parse_mapping, relpath, setting
 from ._version import SCHEMA_BASE_URL
 from .calibration import SOURCES, resolve_source
@@ -158,7 +159,7 @@ def _yaml_text(node: yaml.Node) -> str:
     return repr(node.value) if isinstance(node, yaml.ScalarNode) else "a collection"
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class ModelConfig:
     """The model to convert."""
 
@@ -207,7 +208,7 @@ class ModelConfig:
         return MODEL_SUFFIXES[self.path.suffix.lower()]
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class QuantizationConfig:
     """How the model is quantized."""
 
@@ -246,7 +247,7 @@ class QuantizationConfig:
         return {QuantMode.INT8: IOType.INT8, QuantMode.INT16X8: IOType.INT16}.get(self.mode, IOType.FLOAT32)
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class VerifyConfig:
     """Numerical checks run during the build."""
 
@@ -285,7 +286,7 @@ class VerifyConfig:
     max_keep_float: int = setting("Most layers suggest_keep_float tries.", default=5, minimum=1)
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class RepairConfig:
     """When the quantized model fails the agreement or accuracy gates: search for the cheapest change to the
     quantization that passes them, within what every target runs (also edgeconv build --repair)."""
@@ -335,7 +336,7 @@ def _per_output(minimum: float | None, maximum: float | None) -> dict[str, Any]:
     return {"parse": parse, "json_schema": schema}
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class GatesConfig:
     """Thresholds that fail the build (exit 1) beyond the target verdicts. Keys are target names."""
 
@@ -405,7 +406,7 @@ class CLanguage(enum.Enum):
     CC = "cc"
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class CArrayConfig:
     """The model as C source, for firmware that links it into flash."""
 
@@ -413,7 +414,7 @@ class CArrayConfig:
     language: CLanguage = setting("c: a .c/.h pair; cc: a .cc/.h pair.", default=CLanguage.C)
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class GoldenConfig:
     """Golden test vectors: real evaluation samples and the outputs TFLite's reference kernels give."""
 
@@ -461,7 +462,7 @@ ONNX_OPSETS = (13, 18)  # tf2onnx 1.17 writes up to opset 18; per-channel Quanti
 ONNX_HINT = "pip install 'edgeconv[onnx]'"
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class OnnxConfig:
     """ONNX models beside the .tflite, from the same cleaned graph and calibration (tf2onnx)."""
 
@@ -471,7 +472,7 @@ class OnnxConfig:
                                      default=None)
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class OutputConfig:
     """Where the artifacts go, and the firmware artifacts written beside the .tflite."""
 
@@ -579,7 +580,7 @@ def _dump_targets(targets: tuple[str, ...], base_dir: Path) -> Any:
     return [relpath(Path(t), base_dir) if is_target_file(t) else t for t in targets]
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class PipelineConfig:
     """An edgeconv pipeline: model -> passes -> calibrated INT8 .tflite -> target checks."""
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import verdict
+from ._record import record
 from .errors import EdgeconvError, rel
 from .schema_check import first_problem
 from .verdict import fails
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 NOT_SUPPORTED = ("cpu_fallback", "unsupported")
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class RegressionGates:
     max_size_growth: float | None = None  # share of the baseline's .tflite size
     max_arena_growth: float | None = None  # share of the baseline's arena estimate

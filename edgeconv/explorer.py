@@ -17,7 +17,6 @@ Building the files needs neither TensorFlow nor Model Explorer; only the viewer 
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import logging
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import report_model as rm
+from ._record import record
 from .converters.tflite_reader import TFLiteModel, read_tflite
 from .errors import ConfigError, EdgeconvError, ModelFileError, did_you_mean, rel
 
@@ -105,7 +105,7 @@ def node_data(model: TFLiteModel, targets: Sequence[rm.TargetVerdict],
 # -- the viewer ---------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Overlays:
     """What ``edgeconv view`` shows: a .tflite and its overlay files, in the order Model Explorer lists them."""
 

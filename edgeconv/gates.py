@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._record import record
 from .errors import rel
 from .targets import load_target
 
@@ -30,7 +31,7 @@ DEFAULTS: Mapping[str, float] = {
 DEFAULT_GATES = ("accuracy", "agreement", "calibration", "accelerator")
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Loosened:
     """A default gate the pipeline loosened or turned off: the key that does it, the file and line that set
     it (``line`` None when the key is not in the file, e.g. a pipeline built in code), and the sentence the
@@ -45,7 +46,7 @@ class Loosened:
         return self.sentence
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Limits:
     """The thresholds in force for one build: the pipeline's own, else the defaults, minus the default
     gates it turned off. ``notes`` say every default the pipeline loosened or turned off, and where."""

@@ -12,8 +12,10 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from ._record import record
 
-@dataclasses.dataclass(frozen=True)
+
+@record
 class TensorSpec:
     """A model input or output: its user-facing name, graph tensor, static shape and dtype."""
 
@@ -27,7 +29,7 @@ class TensorSpec:
         return self.tensor.split(":")[0]
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Layer:
     """A source layer of the model (a Keras layer), used to attribute graph nodes."""
 
@@ -39,7 +41,7 @@ class Layer:
     detail: str = ""  # e.g. "rate=0.25"
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class FrozenGraph:
     """A frozen inference graph: no variables, static input shapes."""
 

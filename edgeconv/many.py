@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from . import cancel
 from ._lazy import lazy_import
+from ._record import record
 from .ci import Outcome
 from .crash import crash_log, crash_words
 from .errors import EdgeconvError
@@ -40,7 +41,7 @@ else:  # the pool's: a build of one pipeline (a cached one above all) does not p
     multiprocessing = lazy_import("multiprocessing")
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class BuildOptions:
     """What ``edgeconv build`` passes to every build (see :func:`edgeconv.build`)."""
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import logging
 import os
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from . import explorer, output, report, verdict
 from . import report_model as rm
+from ._record import record
 from .calibration.checks import (
     DataWarning,
 )
@@ -86,7 +86,7 @@ def run(config: PipelineConfig, out_dir: Path, targets: list[Target], progress: 
     return result
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class _Stages:
     """What the stages of one build produced, for its report and its commit."""
 

@@ -9,38 +9,38 @@ a unit test keeps the committed file equal to it). Field documentation and bound
 always has.
 """
 
-import dataclasses
 import json
 import types
 import typing
 from typing import Annotated, Any, Literal, NotRequired, TypedDict, Union
 
+from ._record import record
 from ._version import SCHEMA_BASE_URL
 
 REPORT_SCHEMA_VERSION: Literal[1] = 1
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Doc:
     text: str
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Min:
     value: float
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Pattern:
     regex: str
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class MinLength:
     value: int
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class OneOf:
     """The values a ``str`` field takes: those of a Python enum at the producer (a unit test holds the
     two equal), so producers write ``member.value`` without a cast."""
@@ -48,7 +48,7 @@ class OneOf:
     values: tuple[str, ...]
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Keys:
     """Keys a ``dict[str, X]`` always holds (it may hold more)."""
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import report
+from ._record import record
 from .converters.tflite_reader import TFLiteModel
 from .exit_codes import Exit, of_gate
 from .targets.checker import TargetResult
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .config import PipelineConfig
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class BuildResult:
     config: PipelineConfig
     output_dir: Path
@@ -35,7 +35,7 @@ class BuildResult:
         return of_gate(self.report["gate"])
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class CheckResult:
     model: TFLiteModel
     targets: tuple[TargetResult, ...]

@@ -15,7 +15,6 @@ the exit code is the worst of the builds, as one ``build`` of every pipeline wou
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import verdict
+from ._record import record
 from .ci import EXIT_WORDS, Outcome
 from .errors import EdgeconvError, rel
 from .exit_codes import Exit, of_gate
@@ -39,7 +39,7 @@ _SHARD = re.compile(r"(\d{1,5})/(\d{1,5})")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f`]")  # a path with these would break the summary's Markdown
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Shard:
     index: int  # 1-based, as CI matrices count
     count: int
@@ -102,7 +102,7 @@ def results_document(outcomes: Sequence[Outcome], given: Sequence[Path], shard: 
 
 # -- merging the jobs' results -------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Merged:
     outcomes: list[Outcome]  # in the zoo's order
     files: int

@@ -13,12 +13,12 @@ report and the console then say so (outcome ``off``).
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._record import record
 from .exit_codes import of_gate
 from .gates import DEFAULTS as DEFAULTS
 from .gates import Limits as Limits
@@ -70,7 +70,7 @@ class Kind(enum.Enum):
     REGRESSION = "regression"  # against a baseline report
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Check:
     id: str  # stable: target.edgetpu, agreement.sqnr_db.digit, calibration.noise.image, ...
     kind: Kind
@@ -90,7 +90,7 @@ class Check:
                    data.get("limit"), data.get("target"))
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Verdict:
     checks: tuple[Check, ...]
 

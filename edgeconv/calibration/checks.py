@@ -9,13 +9,13 @@ declared input range, and with the input quantization the converter chose.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import report_model as rm
+from .._record import record
 from ..converters.tflite_reader import TFLiteModel
 from .samples import SampleSet
 
@@ -33,7 +33,7 @@ SEVERE_COVERS = 0.25
 NOISE_CORRELATION = 0.2
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class DataWarning:
     """A finding about the data that does not stop the build (``gates`` can make it)."""
 
@@ -171,7 +171,7 @@ def _clip_limit(percentile: float | None) -> float:
     return CLIPS + (2 * (100.0 - percentile) / 100.0 if percentile is not None else 0.0)
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class _Span:
     """A quantized op output: the float range its levels cover (one level past each end), its scale."""
 

@@ -12,6 +12,7 @@ import enum
 from collections.abc import Mapping
 from pathlib import Path
 
+from .._record import record
 from .._schema import setting
 
 
@@ -51,7 +52,7 @@ class Decode(enum.Enum):
     RAW = "raw"  # raw uint8 bytes, reshaped to ``shape``
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Preprocess:
     """How a decoded image (pixel values 0-255) becomes a model input."""
 
@@ -81,7 +82,7 @@ class Preprocess:
         return min(los), max(his)
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class FeatureSpec:
     """One feature of a TFRecord ``tf.train.Example``, feeding one model input."""
 
@@ -92,7 +93,7 @@ class FeatureSpec:
                              default=Decode.NONE)
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class DataConfig:
     """Samples keyed by model input name, from one of the registered sources."""
 
@@ -115,7 +116,7 @@ class DataConfig:
                                default=False)
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class CalibrationConfig(DataConfig):
     """Representative data for calibration, keyed by model input name."""
 
@@ -129,7 +130,7 @@ class CalibrationConfig(DataConfig):
         "input quantization (images: implied by preprocess).", factory=dict)
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class EvaluationConfig(DataConfig):
     """Held-out data for checks against calibration (ranges now; accuracy later)."""
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import report_model as rm
+from .._record import record
 from ..errors import DataError, did_you_mean
 from ..ir import TensorSpec
 from .sources import UNNAMED, Field, Reader
@@ -94,7 +95,7 @@ class Stats:
         return out
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class SampleSet:
     """Exactly the samples a build uses, spooled in ``folder`` (one raw file per input)."""
 

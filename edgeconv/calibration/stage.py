@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._record import record
 from ..config import QuantizationConfig
 from ..converters.tflite_reader import TFLiteModel
 from ..errors import rel
@@ -54,7 +54,7 @@ def expected_ranges(cal: CalibrationConfig | None, inputs: Sequence[TensorSpec])
     return out
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class DataStage:
     """The build's samples: calibration (or, for a mode without it, seeded random inputs), evaluation, the
     declared input ranges, and the findings about the data so far."""

@@ -11,17 +11,17 @@ Every offset is checked: a corrupt package is a :class:`ModelFileError`, never a
 
 from __future__ import annotations
 
-import dataclasses
 import struct
 from pathlib import Path
 
+from .._record import record
 from ..errors import ModelFileError, rel
 
 CUSTOM_CODE = "edgetpu-custom-op"
 PARAMETER_CACHING = 1  # executable.fbs ExecutableType
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class CompiledParameters:
     """The parameter bytes of one compiled model's Edge TPU executables."""
 

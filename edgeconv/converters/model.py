@@ -5,19 +5,19 @@ No TensorFlow here: loaders import it themselves, lazily.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from .._record import record
 from ..errors import ModelError, did_you_mean
 from ..ir import FrozenGraph, Layer
 
 Runner = Callable[[Mapping[str, np.ndarray]], dict[str, np.ndarray]]
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class LoadedModel:
     """The frozen inference graph and a runner for the source model in inference mode.
 

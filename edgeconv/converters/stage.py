@@ -3,10 +3,10 @@ the converter worker, read back, and its input and output types checked against 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any
 
+from .._record import record
 from ..calibration.samples import Progress, SampleSet
 from ..config import QuantEngine, QuantizationConfig, RepairConfig, VerifyConfig
 from .io_check import check_io_types
@@ -16,7 +16,7 @@ from .tflite_reader import TFLiteModel, parse_tflite
 log = logging.getLogger(__name__)
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Converted:
     converter: Converter  # asked again by the verification (keep_float trials, the repair search)
     exported: Any  # the .tflite, its float twin and the per-layer errors (tflite_export.Exported)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
 import fcntl
 import gc
 import json
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from .. import cancel
+from .._record import record
 from .._tf import quiet_tf_env
 from ..calibration.samples import Progress, SampleSet
 from ..errors import InternalError, ModelError
@@ -45,7 +45,7 @@ _LOG_TAIL = 40
 _log = logging.getLogger(__name__)
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class ExportOptions:
     input_type: str  # "int8" | "uint8" | "int16" | "float32"
     output_type: str
@@ -59,7 +59,7 @@ class ExportOptions:
     timeout_s: float = 1800.0
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Exported:
     tflite: bytes
     log: str  # the converter's own output, for the log file

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_import
+from .._record import record
 from ..errors import ModelFileError, rel
 from . import tflite_schema as fbs
 
@@ -78,7 +79,7 @@ _STRUCT_TYPES = {TensorType.FLOAT32: "f", TensorType.FLOAT16: "e", TensorType.IN
                  TensorType.FLOAT64: "d", TensorType.UINT64: "Q", TensorType.UINT32: "I", TensorType.UINT16: "H"}
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Quantization:
     scale: tuple[float, ...]
     zero_point: tuple[int, ...]
@@ -89,7 +90,7 @@ class Quantization:
         return len(self.scale) > 1
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class TensorInfo:
     index: int
     name: str
@@ -118,7 +119,7 @@ class TensorInfo:
         return math.prod(self.shape)
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class OpInfo:
     index: int  # position in the subgraph's execution order
     subgraph: int
@@ -139,7 +140,7 @@ class OpInfo:
         return f"{self.type}:{self.custom_code}" if self.custom_code is not None else self.type
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class SubgraphInfo:
     index: int
     name: str
@@ -149,7 +150,7 @@ class SubgraphInfo:
     outputs: tuple[int, ...]
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Signature:
     key: str
     subgraph: int
@@ -157,7 +158,7 @@ class Signature:
     outputs: Mapping[str, int]
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class TFLiteModel:
     path: str
     sha256: str

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from typing import ClassVar, Protocol
 
+from .._record import record
 from ..ir import FrozenGraph
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Removal:
     """One graph node a pass removed, and why."""
 
@@ -19,7 +19,7 @@ class Removal:
     reason: str
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Rewrite:
     """A subgraph a pass replaced (e.g. a dropout that became an identity)."""
 
@@ -28,7 +28,7 @@ class Rewrite:
     description: str
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class PassResult:
     """What one pass changed: op-type counts before and after, every removal
     (attributed to source layers), rewrites, and notes for the report."""

@@ -17,11 +17,11 @@ fuses it into the FULLY_CONNECTED bias.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._lazy import lazy_import
+from .._record import record
 from .._schema import setting
 from ..errors import ModelError, did_you_mean
 from ..ir import FrozenGraph
@@ -36,7 +36,7 @@ else:
 REASON = "Conv2D lowered to im2col patches + MatMul (GEMM)"
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class LowerConvToGemmPass:
     """Rewrite every Conv2D as im2col patch extraction plus MatMul; 1x1 convolutions
     become a plain MatMul."""

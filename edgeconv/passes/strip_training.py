@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, ClassVar
 
+from .._record import record
 from ..errors import ModelError
 from ..ir import FrozenGraph, scopes_naming
 from .base import PassResult, Removal, Rewrite
@@ -49,7 +49,7 @@ REASON_STATE = "variable update (training-only state write)"
 REASON_UNUSED = "no longer used by any output"
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class StripTrainingPass:
     """Fold tf.cond on bound predicates, remove dropout and random-number subgraphs,
     identity chains, debug ops and variable updates; refuse random ops and batch

@@ -9,13 +9,13 @@ Work in progress (issue 34): the ops of :data:`SUPPORTED`; any other op is refus
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .._record import record
 from ..converters.tflite_reader import TFLiteModel, read_tflite
 from ..errors import EdgeconvError
 from .ops import OPS, Unsupported
@@ -27,7 +27,7 @@ class ReferenceError(EdgeconvError):
     """The reference cannot compute this model: an op it does not have, a float op, a missing input."""
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Step:
     """One op as the reference computed it."""
 
@@ -37,7 +37,7 @@ class Step:
     trace: Mapping[str, Any]
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Computed:
     tensors: dict[str, np.ndarray]  # every tensor of the main subgraph by name: inputs, constants, each op's outputs
     steps: tuple[Step, ...]

@@ -18,6 +18,7 @@ import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from .._record import record
 from ..converters.tflite_reader import OpInfo, TFLiteModel
 from .constraints import AFTER_PLACEMENT
 from .cost import OpCost, op_cost
@@ -33,7 +34,7 @@ class Verdict(enum.Enum):
     ERROR = "error"  # the target's own tool failed on the model: no verdict could be computed
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Violation:
     rule: str  # stable id: <target>.<OP>.<rule>
     text: str
@@ -43,7 +44,7 @@ class Violation:
     source: str
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class OpResult:
     op: OpInfo
     status: OpStatus
@@ -57,7 +58,7 @@ class OpResult:
         return tuple(v for v in self.violations if v.effect is Effect.WARNING)
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class TargetResult:
     target: Target
     ops: tuple[OpResult, ...]

@@ -9,13 +9,13 @@ K = kernel window. Ops that do no multiply-accumulate report 0 MACs and no GEMM.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
+from .._record import record
 from ..converters.tflite_reader import OpInfo, TensorInfo
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class OpCost:
     macs: int
     gemm: tuple[int, int, int] | None  # (M, N, K)

@@ -6,8 +6,7 @@ reason; one line says so (and how to get a full-integer model) instead of a dtyp
 
 from __future__ import annotations
 
-import dataclasses
-
+from .._record import record
 from ..converters.tflite_reader import OpInfo, TensorType, TFLiteModel
 
 _FLOATS = {TensorType.FLOAT32, TensorType.FLOAT16}
@@ -19,7 +18,7 @@ FIX = ("build it with edgeconv (quantization.mode: int8, calibrated on real data
        "post-training quantization")
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Diagnosis:
     kind: str  # float, dynamic, float16, uint8, partly_float
     sentence: str

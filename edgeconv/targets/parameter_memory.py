@@ -13,13 +13,13 @@ count their raw bytes and are reported as not modelled.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 
+from .._record import record
 from ..converters.tflite_reader import OpInfo, TensorInfo
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class ParameterMemory:
     """A target file's ``parameter_memory`` section: the compiler's parameter layout and on-chip cache."""
 

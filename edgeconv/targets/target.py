@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_import
+from .._record import record
 from ..converters.tflite_ops import BUILTIN_OP_NAMES
 from ..converters.tflite_reader import TensorType
 from ..errors import ConfigError, allowed_list, did_you_mean, rel
@@ -71,7 +72,7 @@ class Placement(enum.Enum):
     SEGMENT = "segment"
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Rule:
     id: str
     check: str
@@ -89,7 +90,7 @@ class Rule:
         return rule_text(self.fn, dict(self.params))
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class OpEntry:
     name: str  # op type, or "CUSTOM:<code>" for a specific custom op
     source: str
@@ -97,7 +98,7 @@ class OpEntry:
     note: str = ""
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class KnownOp:
     """Why a well-known op type is not supported, and what to do about it."""
 
@@ -105,7 +106,7 @@ class KnownOp:
     fix: str
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Compiler:
     """A target whose placement a real compiler decides (edgeconv runs it, it does not guess)."""
 
@@ -119,7 +120,7 @@ class Compiler:
 QUANT_MODES = ("int8", "int16x8", "dynamic", "float16", "none")
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class QuantPolicy:
     """Which quantization modes a target's verdicts hold for, and whether it runs float ops
     left in a quantized model (``quantization.keep_float``)."""
@@ -130,7 +131,7 @@ class QuantPolicy:
     why: str = ""
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Target:
     name: str
     title: str

@@ -24,13 +24,13 @@ coverage), then the op that adds the most error (``op_error``), then what was fo
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from .. import report_model as rm
+from .._record import record
 from ..calibration.checks import DataWarning, quantized_view
 from ..calibration.samples import SampleSet
 from ..converters.tflite_reader import TFLiteModel
@@ -67,7 +67,7 @@ _INDICES = {"GATHER": 1, "GATHER_ND": 1, "EMBEDDING_LOOKUP": 0, "ONE_HOT": 0}
 _INTEGERS = frozenset({"int32", "int64", "int16"})
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class InputView:
     """A model input as the built model quantizes it (its own tensor, or the QUANTIZE after a float input)."""
 
@@ -195,7 +195,7 @@ def _fmt(lo: float, hi: float) -> str:
     return f"[{lo:.4g}, {hi:.4g}]"
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Setting:
     """What the diagnosis reads from the build."""
 

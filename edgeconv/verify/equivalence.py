@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 from collections.abc import Sequence
@@ -11,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from .. import report_model as rm
+from .._record import record
 from ..calibration.samples import SampleSet
 from ..clock import Clock
 from ..config import VerifyConfig
@@ -76,7 +76,7 @@ def _deterministic(run: Any, feeds: dict[str, np.ndarray]) -> bool:
     return all(np.array_equal(first[k], second[k]) for k in first)
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Cleaned:
     """The graph the passes left, what they changed, the model in inference mode as their reference and the
     proof that they match."""

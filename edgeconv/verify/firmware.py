@@ -5,7 +5,6 @@ bit for bit)."""
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import re
 from collections import Counter
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import report_model as rm
 from .._lazy import lazy_import
+from .._record import record
 from .._version import __version__
 from ..converters.tflite_reader import TFLiteModel
 from .runner import TFLiteRunner
@@ -163,7 +163,7 @@ def _c_value(v: Any, ctype: str) -> str:
     return str(int(v))
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class FirmwareResult:
     files: dict[str, bytes]
     memory: rm.Memory

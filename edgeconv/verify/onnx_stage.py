@@ -3,13 +3,13 @@ run with ONNX Runtime against the source model and the .tflite."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
 
 from .. import report_model as rm
 from .. import verdict
+from .._record import record
 from ..calibration.samples import SampleSet
 from ..config import OnnxConfig, QuantizationConfig
 from ..converters.tflite_reader import TFLiteModel
@@ -18,7 +18,7 @@ from ..ir import FrozenGraph
 log = logging.getLogger(__name__)
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class OnnxResult:
     files: dict[str, bytes]
     section: rm.Onnx

@@ -37,11 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import report_model as rm
+from .._record import record
 from ..config import PipelineConfig, QuantEngine, QuantMode
 from ..errors import rel
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Candidate:
     """One change to the pipeline: what it is, the ``pipeline.yaml`` keys it sets, and how it changes the
     model's interface (None: it keeps it)."""
@@ -89,7 +90,7 @@ def keep_interface(config: PipelineConfig, cands: Sequence[Candidate],
     return out, skipped
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class TrialResult:
     """What a trial measured: the gates it still fails, and its costs."""
 

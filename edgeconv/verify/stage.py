@@ -11,6 +11,7 @@ from typing import Any
 
 from .. import report_model as rm
 from .. import verdict
+from .._record import record
 from ..calibration.checks import DataWarning, quantization_warnings
 from ..calibration.config import CalibrationConfig
 from ..calibration.samples import Progress, SampleSet
@@ -29,7 +30,7 @@ from .recorded import Recordings
 log = logging.getLogger(__name__)
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Verification:
     """What parity on the built model found: its report sections and its checks."""
 
@@ -42,7 +43,7 @@ class Verification:
     diagnosis: rm.Diagnosis | None = None
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Repairing:
     """What the repair search needs from the build: the targets, a way to draw calibration data anew (with
     a counter for its folder), and the clock that shows it as a stage."""

@@ -8,12 +8,12 @@ the data (records, CSV rows, a Python generator), never more than that.
 from __future__ import annotations
 
 import abc
-import dataclasses
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..._lazy import lazy_import
+from ..._record import record
 from ...ir import TensorSpec
 from ..config import DataConfig
 
@@ -28,7 +28,7 @@ UNNAMED = ""
 Sample = dict[str, "np.ndarray"]  # a string: NumPy is imported on first use
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class Field:
     """One array a source gives per sample: the model input it feeds, its shape and dtype."""
 
