@@ -21,7 +21,8 @@ uses it). ``--edgeconv-from`` adds the same two edgeconv rows run
 from another checkout (an older commit), for a before/after table.
 
 Models: ``digits`` (the shipped example), ``mobilenetv2-0.35-96``, ``mobilenetv2-1.0-224``,
-``efficientnetb0-224``, and, held out from the goals' models, ``mobilenetv3small-224`` and ``resnet50-224``
+``efficientnetb0-224``, and, held out from the goals' models, ``mobilenetv3small-224``, ``resnet50-224`` and
+``densenet121-224``
 (keras.applications, random weights, seed 0), and ``tf1-tagger-96x64``: a TF1
 frozen graph of 318 nodes with batch norm and dropout in ``tf.cond`` behind an ``is_training``
 placeholder (see ``TF1_TAGGER``; its hand script imports the graph with the placeholder fed False and
@@ -55,6 +56,7 @@ APPS = {
     # Held out from the goals' models (other ops: hard-swish and squeeze-excite; a deep residual network).
     "mobilenetv3small-224": ("MobileNetV3Small", {}, 224),
     "resnet50-224": ("ResNet50", {}, 224),
+    "densenet121-224": ("DenseNet121", {}, 224),  # held out too: dense blocks of concatenations
 }
 CALIBRATION, EVALUATION = 200, 100
 TF1 = "tf1-tagger-96x64"
