@@ -268,13 +268,13 @@ class RepairCause(TypedDict):
 
 class Cause(TypedDict):
     rank: Annotated[int, Min(1)]
-    id: Annotated[str, OneOf(("calibration_data", "input_resolution", "index_input", "imposed_range",
-                              "calibration_coverage", "op_error")), Doc("What kind of cause (docs/VERIFICATION.md "
-                                                                        "\"Why a build fails\")")]
+    id: Annotated[str, OneOf(("calibration_data", "input_resolution", "index_input", "output_resolution",
+                              "imposed_range", "calibration_coverage", "op_error")),
+                  Doc("What kind of cause (docs/VERIFICATION.md \"Why a build fails\")")]
     confirmed: Annotated[bool, Doc(
-        "Measured to explain the failure: the input's quantization alone gives at least half of the INT8 model's "
-        "error, the calibration data has a severe finding, or the tensor's op is among the 3 that add the most "
-        "error. Unconfirmed causes come last.")]
+        "Measured to explain the failure: the input's (or the output's) quantization alone gives at least half of "
+        "the INT8 model's error, the calibration data has a severe finding, or the tensor's op is among the 3 that "
+        "add the most error. Unconfirmed causes come last.")]
     sentence: str
     fix: str
     subject: Annotated[str | None, Doc("The input or tensor the cause is about")]

@@ -17,9 +17,13 @@ annotations. A cause is *confirmed* when it is measured to explain the failure:
   that add the most error on their own (the per-op ranking);
 - calibration data with a severe finding (``calibration_data``: known to ruin an INT8 model) is a cause of its own:
   every range calibrated on it is off, which replaying the input alone does not show.
+- an output's resolution is replayed alone too, at no cost of a model run: the float model's outputs (read back
+  from its recording) rounded to the output's int8 step (not clipped); when that gives at least ``CONFIRMS`` of the INT8
+  model's error, the output's levels are a cause (``output_resolution``: a softmax over many classes whose
+  probabilities all sit below half of its fixed 1/256 level, say).
 
-Confirmed causes come first (calibration data, then inputs by the share they explain, then imposed ranges, then
-coverage), then the op that adds the most error (``op_error``), then what was found but not confirmed.
+Confirmed causes come first (calibration data, then inputs by the share they explain, then outputs, then imposed
+ranges, then coverage), then the op that adds the most error (``op_error``), then what was found but not confirmed.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ CAUSES: dict[str, str] = {
                         "span few int8 levels, so the model sees them rounded away before any layer runs.",
     "index_input": "An input carries ids (it reaches a CAST to an integer, or GATHER/EMBEDDING_LOOKUP indices): "
                    "quantizing it maps distinct ids to the same id.",
+    "output_resolution": "An output's int8 levels are too coarse for the float model's values: rounded to them "
+                         "alone, the float outputs lose at least half of what the INT8 model loses.",
     "imposed_range": "A tensor's range was set by another tensor that shares its quantization through an op "
                      "such as CONCATENATION or MAXIMUM: it clips, or spans few levels, whatever the calibration "
                      "data.",
@@ -69,9 +75,10 @@ _INTEGERS = frozenset({"int32", "int64", "int16"})
 
 @record
 class InputView:
-    """A model input as the built model quantizes it (its own tensor, or the QUANTIZE after a float input)."""
+    """A model input as the built model quantizes it (its own tensor, or the QUANTIZE after a float input); also
+    a model output (its own tensor, or the one a DEQUANTIZE turns into a float output)."""
 
-    name: str  # the samples' key (the signature name)
+    name: str  # the samples' (or the outputs') key: the signature name
     dtype: str
     scale: float
     zero_point: int
@@ -97,6 +104,29 @@ def input_views(model: TFLiteModel) -> list[InputView]:
         zero = t.quantization.zero_point[0] if t.quantization.zero_point else 0
         out.append(InputView(names.get(index, model.main.tensors[index].name), t.dtype.value,
                              t.quantization.scale[0], zero, index))
+    return out
+
+
+_QUANTIZED = frozenset({"int8", "uint8", "int16"})
+
+
+def output_views(model: TFLiteModel) -> list[InputView]:
+    """The model's outputs as the built model quantizes them (per-tensor scales only)."""
+    sig = model.signatures[0] if model.signatures else None
+    names = {v: k for k, v in sig.outputs.items()} if sig else {}
+    producers = {t.index: op for op in model.main.ops for t in op.outputs if t is not None}
+    out = []
+    for index in model.main.outputs:
+        t = model.main.tensors[index]
+        op = producers.get(index)
+        if t.dtype.value not in _QUANTIZED and op is not None and op.type == "DEQUANTIZE" and op.inputs \
+                and op.inputs[0] is not None:
+            t = op.inputs[0]
+        q = t.quantization
+        if t.dtype.value not in _QUANTIZED or q is None or not q.scale or q.per_axis:
+            continue
+        out.append(InputView(names.get(index, model.main.tensors[index].name), t.dtype.value, q.scale[0],
+                             q.zero_point[0] if q.zero_point else 0, t.index))
     return out
 
 
@@ -162,12 +192,12 @@ def screen_size(count: int, batch: int) -> int | None:
     return first if count >= 2 * first else None
 
 
-def explained(by: rm.Parity, built: rm.Parity) -> tuple[float, str]:
+def explained(by: rm.Parity, built: rm.Parity, key: str = "input") -> tuple[float, str]:
     """The largest share of the built model's error (noise power, top-1 disagreement, accuracy drop) that
-    ``by`` (the input alone) gives too, capped at 1, and the numbers behind it."""
+    ``by`` (the input alone, or the run ``key`` names) gives too, capped at 1, and the numbers behind it."""
     best, said = 0.0, ""
     for o, per in built["outputs"].items():
-        b, a = per["built"], by["outputs"][o]["input"]
+        b, a = per["built"], by["outputs"][o][key]
         if b["sqnr_db"] is not None:
             share = 0.0 if a["sqnr_db"] is None else 10 ** ((b["sqnr_db"] - a["sqnr_db"]) / 10)
             if share > best or not said:
@@ -180,9 +210,9 @@ def explained(by: rm.Parity, built: rm.Parity) -> tuple[float, str]:
                                      f"{b['top1_agreement']:.2%})")
     acc_b, acc_a = built.get("accuracy"), by.get("accuracy")
     if acc_b is not None and acc_a is not None and acc_b["drop"]["built"] > 0:
-        share = acc_a["drop"]["input"] / acc_b["drop"]["built"]
+        share = acc_a["drop"][key] / acc_b["drop"]["built"]
         if share > best:
-            best, said = share, (f"accuracy {acc_a['input']:.2%} (the float model {acc_a['source']:.2%}, the INT8 "
+            best, said = share, (f"accuracy {acc_a[key]:.2%} (the float model {acc_a['source']:.2%}, the INT8 "
                                  f"model {acc_b['built']:.2%})")
     return min(max(best, 0.0), 1.0), said
 
@@ -330,6 +360,76 @@ def finding_causes(s: Setting, findings: Sequence[DataWarning], ranked: Sequence
     return out
 
 
+def _only(measured: rm.Parity, output: str) -> rm.Parity:
+    """``measured`` for one output: its numbers, and the accuracy when that output is the one scored."""
+    acc = measured.get("accuracy")
+    return {**measured, "outputs": {output: measured["outputs"][output]},
+            "accuracy": acc if acc is not None and acc.get("output") == output else None}
+
+
+# Ops whose int8 output scale TFLite fixes (1/256): no calibration widens their levels.
+_FIXED_OUTPUT_SCALE = frozenset({"SOFTMAX", "LOGISTIC"})
+
+
+def output_causes(s: Setting, built: rm.Parity) -> list[rm.Cause]:
+    """Each quantized output's levels replayed alone on the float model's outputs (its recording, read back: no
+    model runs when there is one), against the float model; the outputs whose rounding gives at least CONFIRMS
+    of the INT8 model's error on them. The values are rounded to the levels' step and not clipped to their
+    range: an output driven past its calibrated range is the calibration's coverage, not its resolution."""
+    views = {v.name: v for v in output_views(s.model) if v.name in s.shapes and v.name in built["outputs"]}
+    if not views:
+        return []
+    base = s.float_outputs() if s.float_outputs is not None else s.float_run
+    last: dict[str, np.ndarray] = {}
+    counts = {name: [0, 0, 0.0] for name in views}  # non-zero float values, those rounded to 0, largest magnitude
+
+    def reference(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        last.clear()
+        last.update(base(feeds))
+        return dict(last)
+
+    def rounded(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = dict(last)
+        for name, view in views.items():
+            v = np.asarray(last[name], np.float32)
+            step = np.float32(view.scale)  # rounded to the levels, not clipped to their range: the resolution alone
+            out[name] = r = np.round(v / step) * step
+            live = np.abs(v) > 1e-6
+            c = counts[name]
+            c[0] += int(np.count_nonzero(live))
+            c[1] += int(np.count_nonzero(live & (r == 0)))
+            c[2] = max(c[2], float(np.max(np.abs(v))) if v.size else 0.0)
+        return out
+
+    measured = parity.measure(reference, {"output": rounded}, s.samples.batches(s.batch), s.shapes, s.labels, s.kinds)
+    producers = {t.index: op.type for op in s.model.main.ops for t in op.outputs if t is not None}
+    causes = []
+    for name, view in views.items():
+        share, said = explained(_only(measured, name), _only(built, name), "output")
+        if share < CONFIRMS:
+            continue
+        live, zeroed, largest = counts[name]
+        tensor = s.model.main.tensors[view.index].name
+        op = producers.get(view.index, "the op")
+        sentence = (f"output {name!r}: its {view.dtype} levels (scale {view.scale:.4g}) are too coarse for the float "
+                    f"model's values (the largest {largest:.4g}; {zeroed / live if live else 0.0:.1%} of the non-zero "
+                    f"ones round to 0): the float model's outputs rounded alone to these levels give {said}, "
+                    f"{share:.0%} of the INT8 model's error")
+        if op in _FIXED_OUTPUT_SCALE:
+            fix = (f"TFLite fixes an int8 {op}'s output scale at 1/256: keep the {op} in float (quantization."
+                   "keep_float on its layer, with output_type: float32), or make the model output what feeds it "
+                   "(the logits: the same argmax)")
+        else:
+            fix = (f"keep the {op} producing it in float (quantization.keep_float on its layer, with output_type: "
+                   "float32), or calibrate on data that drives this output over its whole range")
+        layers = source_layers(tensor, s.layer_names) or source_layers(name, s.layer_names)  # Keras: the layer's name
+        causes.append(_cause("output_resolution", True, sentence, fix, tensor, layers,
+                             {"output": name, "scale": view.scale, "zero_point": view.zero_point,
+                              "explained": round(share, 4), "alone": measured["outputs"][name],
+                              "largest": largest, "rounded_to_zero": round(zeroed / live, 4) if live else 0.0}))
+    return causes
+
+
 def op_cause(ranked: Sequence[rm.Culprit] | None, named: set[str | None]) -> list[rm.Cause]:
     """The op that adds the most error on its own, unless a cause above is about its tensor already (then the
     next one)."""
@@ -351,7 +451,8 @@ def diagnose(s: Setting, built: rm.Parity, findings: Sequence[DataWarning], rank
     """The causes of the failed gates ``failed``, ranked (module docstring)."""
     inputs = sorted(input_causes(s, built, findings), key=lambda c: c[0])
     tensors = finding_causes(s, findings, ranked)
-    confirmed = [c for _, c in inputs if c["confirmed"]] + [c for c in tensors if c["confirmed"]]
+    confirmed = ([c for _, c in inputs if c["confirmed"]] + output_causes(s, built)
+                 + [c for c in tensors if c["confirmed"]])
     ordered = (confirmed + op_cause(ranked, {c["subject"] for c in confirmed})
                + [c for _, c in inputs if not c["confirmed"]] + [c for c in tensors if not c["confirmed"]])
     for i, c in enumerate(ordered):

@@ -209,3 +209,33 @@ def test_evaluation_data_beyond_the_calibrated_range_is_calibration_coverage(tmp
     assert causes[0]["sentence"].endswith("of its values clip (in int8 and int16 alike) (layer mix; its op ranks #1 "
                                           "of the ops that add the most error)")
     assert "input_resolution" not in {c["id"] for c in causes}
+
+
+def test_a_softmax_over_a_thousand_near_equal_classes_is_an_output_resolution_cause(tmp_path: Path) -> None:
+    """A 1,000-class softmax whose probabilities all sit near 1/1,000: TFLite fixes an int8 softmax's output
+    scale at 1/256, so every probability rounds to 0 and the INT8 model agrees with the float one on nothing.
+    The first cause is the output's levels, confirmed by rounding the float model's recorded outputs alone
+    (all of the error), with the softmax's fix; the op that adds the most error on its own comes after it."""
+    import keras
+
+    keras.utils.set_random_seed(5)
+    inp = keras.Input((12,), name="x")
+    hidden = keras.layers.Dense(24, activation="relu", name="hidden")(inp)
+    out = keras.layers.Dense(1000, activation="softmax", name="probs",
+                             kernel_initializer=keras.initializers.RandomNormal(0.0, 0.01))(hidden)
+    keras.Model(inp, out).save(tmp_path / "wide.keras")
+    rng = np.random.default_rng(6)
+    np.savez(tmp_path / "cal.npz", x=rng.normal(0, 1, (120, 12)).astype(np.float32))
+    np.savez(tmp_path / "eval.npz", x=rng.normal(0, 1, (80, 12)).astype(np.float32))
+    report = _build(tmp_path, "wide", samples=120)
+    causes = report["diagnosis"]["causes"]
+    first = causes[0]
+    assert (first["id"], first["confirmed"], first["rank"]) == ("output_resolution", True, 1)
+    assert first["evidence"]["output"] == "probs" and first["evidence"]["scale"] == pytest.approx(1 / 256)
+    assert first["evidence"]["rounded_to_zero"] == 1.0 and first["evidence"]["largest"] < 0.5 / 256
+    assert first["evidence"]["explained"] == 1.0
+    assert first["sentence"].startswith("output 'probs': its int8 levels (scale 0.003906) are too coarse for the "
+                                        "float model's values (the largest ")
+    assert first["fix"].startswith("TFLite fixes an int8 SOFTMAX's output scale at 1/256: keep the SOFTMAX in float")
+    assert first["source_layers"] == ["probs"]
+    assert [c["id"] for c in causes[1:]] == ["op_error"] and causes[1]["subject"] != first["subject"]

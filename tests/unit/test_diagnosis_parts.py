@@ -189,3 +189,62 @@ def test_a_coarse_input_is_replayed_on_every_sample_at_once() -> None:
     assert cause["id"] == "input_resolution"
     widths = x.max(0) - x.min(0)
     assert cause["evidence"]["coarse_features"] == [i for i in range(13) if widths[i] / view.scale < 16] == [0]
+
+
+def _probs_parity(sqnr: float, model: str) -> rm.Parity:
+    out: dict[str, Any] = {"max_abs_error": 0.1, "mean_abs_error": 0.1, "cosine": 0.9, "sqnr_db": sqnr,
+                           "top1_agreement": None}
+    return {"samples": 50, "outputs": {"probs": {model: out}}, "accuracy": None}  # type: ignore[typeddict-item]
+
+
+@pytest.mark.parametrize(("margin_db", "confirmed"), [(0.01, True), (-0.01, False)])
+def test_an_output_s_levels_are_a_cause_at_half_the_error_from_the_recording_alone(margin_db: float,
+                                                                                  confirmed: bool) -> None:
+    """wine-mlp's softmax output (int8, scale 1/256): the float model's recorded outputs rounded to that step
+    alone, against an INT8 model whose SQNR is 10 log10(2) dB below theirs, +- 0.01 dB: a cause just past half
+    the error, none just under it. The float model itself never runs: the recording is read once per batch."""
+    model = read_tflite(DATA / "wine-mlp.int8.tflite")
+    p = np.random.default_rng(7).dirichlet(np.ones(3) * 0.3, 50).astype(np.float32)
+    recorded: list[int] = []
+
+    def float_run(feeds: Any) -> dict[str, np.ndarray]:
+        raise AssertionError("the float model ran")
+
+    def replay() -> Any:
+        def run(feeds: Any) -> dict[str, np.ndarray]:
+            k = len(recorded)
+            recorded.append(k)
+            return {"probs": p[k:k + 1]}
+        return run
+
+    rounded = np.round(p / np.float32(1 / 256)) * np.float32(1 / 256)
+    alone_db = 10 * np.log10(np.sum(p.astype(np.float64) ** 2) / np.sum((p.astype(np.float64) - rounded) ** 2))
+    setting = diagnosis.Setting(model, float_run, _Samples(np.zeros((50, 13), np.float32)), 1,  # type: ignore[arg-type]
+                                {"probs": (1, 3)}, None, {"probs": "classification"}, ["probs"], replay)
+    causes = diagnosis.output_causes(setting, _probs_parity(alone_db - 10 * np.log10(2) + margin_db, "built"))
+    assert recorded == list(range(50))
+    if confirmed:
+        (cause,) = causes
+        assert (cause["id"], cause["evidence"]["output"], cause["source_layers"]) == ("output_resolution", "probs",
+                                                                                      ["probs"])
+        assert cause["evidence"]["alone"]["output"]["sqnr_db"] == pytest.approx(alone_db, abs=1e-4)
+        assert cause["fix"].startswith("TFLite fixes an int8 SOFTMAX's output scale at 1/256")
+    else:
+        assert causes == []
+
+
+def test_an_output_past_its_range_is_not_its_resolution() -> None:
+    """shared-range's output (scale 0.0551, 256 levels from -6.2 to 7.9): values 10x past that range lose
+    nothing to the step alone, so the replay (rounded, not clipped) blames nothing there."""
+    model = read_tflite(DATA / "shared-range.int8.tflite")
+    y = np.random.default_rng(8).uniform(-80, 80, (40, 4)).astype(np.float32)
+
+    def run(feeds: Any) -> dict[str, np.ndarray]:
+        return {"head": y[:1]}
+
+    setting = diagnosis.Setting(model, run, _Samples(np.zeros((40, 6), np.float32)), 1,  # type: ignore[arg-type]
+                                {"head": (1, 4)}, None, {"head": "regression"}, ["head"])
+    built: rm.Parity = {"samples": 40, "outputs": {"head": {"built": {  # type: ignore[typeddict-item]
+        "max_abs_error": 70.0, "mean_abs_error": 30.0, "cosine": 0.5, "sqnr_db": 1.0, "top1_agreement": None}}},
+        "accuracy": None}
+    assert diagnosis.output_causes(setting, built) == []
