@@ -367,7 +367,7 @@ def _only(measured: rm.Parity, output: str) -> rm.Parity:
             "accuracy": acc if acc is not None and acc.get("output") == output else None}
 
 
-# Ops whose int8 output scale TFLite fixes (1/256): no calibration widens their levels.
+# Ops whose int8 and uint8 output scale TFLite fixes (1/256): no calibration widens their levels.
 _FIXED_OUTPUT_SCALE = frozenset({"SOFTMAX", "LOGISTIC"})
 
 
@@ -415,8 +415,8 @@ def output_causes(s: Setting, built: rm.Parity) -> list[rm.Cause]:
                     f"model's values (the largest {largest:.4g}; {zeroed / live if live else 0.0:.1%} of the non-zero "
                     f"ones round to 0): the float model's outputs rounded alone to these levels give {said}, "
                     f"{share:.0%} of the INT8 model's error")
-        if op in _FIXED_OUTPUT_SCALE:
-            fix = (f"TFLite fixes an int8 {op}'s output scale at 1/256: keep the {op} in float (quantization."
+        if op in _FIXED_OUTPUT_SCALE and view.dtype in ("int8", "uint8"):
+            fix = (f"TFLite fixes an {view.dtype} {op}'s output scale at 1/256: keep the {op} in float (quantization."
                    "keep_float on its layer, with output_type: float32), or make the model output what feeds it "
                    "(the logits: the same argmax)")
         else:
