@@ -197,8 +197,9 @@ def diagnosis_candidates(config: PipelineConfig, model: Any, found: Mapping[str,
     """Changes where the diagnosis points (edgeconv/verify/diagnosis.py), for the confirmed causes: the ops that
     read an input whose quantization is the cause (its normalization, up to the first op that is not
     element-wise) kept in float; an imposed range's tensor, the ops that share it and the ops that read them
-    kept in float. Both keep float ops, so both make the input and output float32 (an interface change). An id
-    input has none: no quantization setting keeps its ids (the model must take them as integers)."""
+    kept in float; the op producing an output whose levels are the cause kept in float. All keep float ops, so
+    all make the input and output float32 (an interface change). An id input has none: no quantization setting
+    keeps its ids (the model must take them as integers)."""
     from ..calibration.checks import SHARED_RANGE_OPS, shared_range_groups
     from .culprits import keep_float_pattern
 
@@ -223,6 +224,11 @@ def diagnosis_candidates(config: PipelineConfig, model: Any, found: Mapping[str,
                               for t in op.outputs if t is not None and t.name not in members})
             names = ([cause["subject"], *joins, *readers], sorted({*joined, "the op producing it", "their readers"}))
             what = f"keep the tensor with an imposed range and the ops sharing it in float ({', '.join(names[1])})"
+        elif cause["id"] == "output_resolution":
+            producer = next((op.type for op in model.main.ops for t in op.outputs
+                             if t is not None and t.name == cause["subject"]), "op")
+            names = ([cause["subject"]], [producer])
+            what = f"keep the {producer} producing output {cause['evidence']['output']!r} in float"
         else:
             continue
         if names[0]:

@@ -211,11 +211,9 @@ def test_evaluation_data_beyond_the_calibrated_range_is_calibration_coverage(tmp
     assert "input_resolution" not in {c["id"] for c in causes}
 
 
-def test_a_softmax_over_a_thousand_near_equal_classes_is_an_output_resolution_cause(tmp_path: Path) -> None:
-    """A 1,000-class softmax whose probabilities all sit near 1/1,000: TFLite fixes an int8 softmax's output
-    scale at 1/256, so every probability rounds to 0 and the INT8 model agrees with the float one on nothing.
-    The first cause is the output's levels, confirmed by rounding the float model's recorded outputs alone
-    (all of the error), with the softmax's fix; the op that adds the most error on its own comes after it."""
+def _wide_softmax(folder: Path, evaluation: int) -> None:
+    """folder/wide.keras: 12 features -> 24 ReLU units -> a 1,000-class softmax with small weights (every
+    probability near 1/1,000); 120 calibration and ``evaluation`` evaluation samples of normal noise."""
     import keras
 
     keras.utils.set_random_seed(5)
@@ -223,10 +221,18 @@ def test_a_softmax_over_a_thousand_near_equal_classes_is_an_output_resolution_ca
     hidden = keras.layers.Dense(24, activation="relu", name="hidden")(inp)
     out = keras.layers.Dense(1000, activation="softmax", name="probs",
                              kernel_initializer=keras.initializers.RandomNormal(0.0, 0.01))(hidden)
-    keras.Model(inp, out).save(tmp_path / "wide.keras")
+    keras.Model(inp, out).save(folder / "wide.keras")
     rng = np.random.default_rng(6)
-    np.savez(tmp_path / "cal.npz", x=rng.normal(0, 1, (120, 12)).astype(np.float32))
-    np.savez(tmp_path / "eval.npz", x=rng.normal(0, 1, (80, 12)).astype(np.float32))
+    np.savez(folder / "cal.npz", x=rng.normal(0, 1, (120, 12)).astype(np.float32))
+    np.savez(folder / "eval.npz", x=rng.normal(0, 1, (evaluation, 12)).astype(np.float32))
+
+
+def test_a_softmax_over_a_thousand_near_equal_classes_is_an_output_resolution_cause(tmp_path: Path) -> None:
+    """A 1,000-class softmax whose probabilities all sit near 1/1,000: TFLite fixes an int8 softmax's output
+    scale at 1/256, so every probability rounds to 0 and the INT8 model agrees with the float one on nothing.
+    The first cause is the output's levels, confirmed by rounding the float model's recorded outputs alone
+    (all of the error), with the softmax's fix; the op that adds the most error on its own comes after it."""
+    _wide_softmax(tmp_path, evaluation=80)
     report = _build(tmp_path, "wide", samples=120)
     causes = report["diagnosis"]["causes"]
     first = causes[0]
@@ -239,3 +245,19 @@ def test_a_softmax_over_a_thousand_near_equal_classes_is_an_output_resolution_ca
     assert first["fix"].startswith("TFLite fixes an int8 SOFTMAX's output scale at 1/256: keep the SOFTMAX in float")
     assert first["source_layers"] == ["probs"]
     assert [c["id"] for c in causes[1:]] == ["op_error"] and causes[1]["subject"] != first["subject"]
+
+
+def test_the_repair_search_tries_the_softmax_in_float_first_when_its_levels_are_the_cause(tmp_path: Path) -> None:
+    """The 1,000-class softmax above with the repair search on (interface changes allowed: a float op makes the
+    model's input and output float32): its first trial is the diagnosis's pointer, the SOFTMAX kept in float,
+    and it passes the gates that failed (SQNR, top-1 agreement)."""
+    _wide_softmax(tmp_path, evaluation=90)
+    (tmp_path / "p.yaml").write_text("version: 1\nmodel: {path: wide.keras}\n"
+                                     "calibration: {path: cal.npz, samples: 120}\nevaluation: {path: eval.npz}\n"
+                                     "targets: [arm-neon]\n"
+                                     "repair: {enabled: true, max_trials: 2, allow_interface_change: true}\n")
+    assert main(["build", str(tmp_path / "p.yaml"), "-q"]) == 0
+    report = json.loads((tmp_path / "build" / "wide" / "report.json").read_text())
+    first = report["repair"]["trials"][0]
+    assert first["change"] == "keep the SOFTMAX producing output 'probs' in float"
+    assert first["passes_gates"] and report["repair"]["chosen"] == 1
