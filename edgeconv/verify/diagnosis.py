@@ -375,7 +375,8 @@ def output_causes(s: Setting, built: rm.Parity) -> list[rm.Cause]:
     """Each quantized output's levels replayed alone on the float model's outputs (its recording, read back: no
     model runs when there is one), against the float model; the outputs whose rounding gives at least CONFIRMS
     of the INT8 model's error on them. The values are rounded to the levels' step and not clipped to their
-    range: an output driven past its calibrated range is the calibration's coverage, not its resolution."""
+    range: an output driven past its calibrated range is the calibration's coverage, not its resolution. A non-finite
+    float value (the model's own overflow) is left out on both sides."""
     views = {v.name: v for v in output_views(s.model) if v.name in s.shapes and v.name in built["outputs"]}
     if not views:
         return []
@@ -386,12 +387,15 @@ def output_causes(s: Setting, built: rm.Parity) -> list[rm.Cause]:
     def reference(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         last.clear()
         last.update(base(feeds))
+        for name in views:  # a non-finite value (the model's own overflow) says nothing of the levels: left out
+            v = np.asarray(last[name], np.float32)
+            last[name] = np.where(np.isfinite(v), v, np.float32(0))
         return dict(last)
 
     def rounded(feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         out = dict(last)
         for name, view in views.items():
-            v = np.asarray(last[name], np.float32)
+            v = last[name]
             step = np.float32(view.scale)  # rounded to the levels, not clipped to their range: the resolution alone
             out[name] = r = np.round(v / step) * step
             live = np.abs(v) > 1e-6

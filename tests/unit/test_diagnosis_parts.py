@@ -248,3 +248,26 @@ def test_an_output_past_its_range_is_not_its_resolution() -> None:
         "max_abs_error": 70.0, "mean_abs_error": 30.0, "cosine": 0.5, "sqnr_db": 1.0, "top1_agreement": None}}},
         "accuracy": None}
     assert diagnosis.output_causes(setting, built) == []
+
+
+def test_a_non_finite_float_output_does_not_hide_the_output_s_levels() -> None:
+    """Hostile model outputs: probabilities near 1/1,000 under the softmax's 1/256 step, with one inf and one NaN
+    among them (a model's own overflow). The replay leaves those two values out, on both sides: the levels are
+    still the cause, with a finite largest value, and no 'inf' or 'nan' in what the user reads."""
+    model = read_tflite(DATA / "wine-mlp.int8.tflite")
+    p = np.full((50, 3), 0.001, np.float32)
+    p[3, 1], p[7, 0] = np.inf, np.nan
+    seen: list[int] = []
+
+    def run(feeds: Any) -> dict[str, np.ndarray]:
+        seen.append(len(seen))
+        return {"probs": p[seen[-1]:seen[-1] + 1]}
+
+    setting = diagnosis.Setting(model, run, _Samples(np.zeros((50, 13), np.float32)), 1,  # type: ignore[arg-type]
+                                {"probs": (1, 3)}, None, {"probs": "classification"}, ["probs"])
+    with np.errstate(invalid="raise"):  # no inf - inf in the replay's arithmetic
+        (cause,) = diagnosis.output_causes(setting, _probs_parity(0.0, "built"))
+    assert cause["id"] == "output_resolution" and cause["evidence"]["largest"] == pytest.approx(0.001)
+    assert cause["evidence"]["rounded_to_zero"] == 1.0
+    assert "inf" not in cause["sentence"] and "nan" not in cause["sentence"]
+    assert np.isinf(p[3, 1]) and np.isnan(p[7, 0])  # the model's outputs themselves are not changed
