@@ -1,11 +1,11 @@
-"""Frozen records: what ``dataclasses.dataclass(frozen=True)`` makes, at a fifth of its import cost.
+"""Frozen records: what ``dataclasses.dataclass(frozen=True)`` makes, at about a quarter of its import cost.
 
 Python 3.11's dataclass compiles six methods per frozen class, each with its own ``exec`` (``__init__``,
 ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__``, ``__delattr__``): 0.42 ms a class of four fields, and
 edgeconv defines 88 of them. A command pays for every one its imports define: 24 for ``edgeconv check``, 54 for
 a build served from the cache (tests/unit/test_record.py measures the difference). ``record`` lets
 ``dataclasses`` collect the fields (so ``dataclasses.fields``, ``replace`` and ``asdict`` work as before),
-compiles ``__init__`` alone, and gives the other five methods as closures over the field names: 0.09 ms a
+compiles ``__init__`` alone, and gives the other five methods as closures over the field names: 0.11 ms a
 class.
 
 The methods behave as the frozen dataclass's (tested against it, field by field): ``__init__`` takes the
