@@ -6,11 +6,47 @@ Parsing only: :mod:`edgeconv.cli` calls the library with what was parsed.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ._version import __version__
+
+
+def terminal_columns() -> int:
+    """The console's width as :func:`shutil.get_terminal_size` gives it ($COLUMNS when a positive number, else
+    the terminal's, else 80), without importing :mod:`shutil` (see :class:`HelpFormatter`)."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0 and sys.__stdout__ is not None:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (ValueError, OSError):  # no terminal, or a closed or detached stream
+            columns = 0
+    return columns or 80
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help formatter, its width found without :mod:`shutil`: argparse makes a formatter for every
+    argument it is given, and its own imports shutil for the width, with the compression modules shutil
+    imports (bz2, lzma, zlib): 2-3 ms of every `edgeconv check`, which prints no help."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position,
+                         terminal_columns() - 2 if width is None else width)  # as argparse's
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser with :class:`HelpFormatter`; its sub-command parsers are of this class too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
 
 def _arg(parser: Any, *names: str, **options: Any) -> Any:
@@ -60,14 +96,14 @@ def parser(command: str | None = None) -> argparse.ArgumentParser:
     check` spends on its checks). An unknown command gets every command's name and help line, so that it is
     refused with every name, as with the whole parser; ``edgeconv --help`` and shell completion get the whole
     parser."""
-    top = argparse.ArgumentParser(
+    top = ArgumentParser(
         prog="edgeconv",
         description="Convert TensorFlow/Keras models to gated INT8 .tflite for edge targets.",
         epilog="Exit codes: 0 pass, 1 a target or gate fails, 2 usage/config/model/data error, 3 internal error.")
     top.add_argument("--version", action="version", version=f"edgeconv {__version__}")
     sub = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
     # -q and -v on every command (after the command: `edgeconv check -q model.tflite`).
-    common = argparse.ArgumentParser(add_help=False)
+    common = ArgumentParser(add_help=False)
     loudness = common.add_argument_group("console").add_mutually_exclusive_group()
     loudness.add_argument("-q", "--quiet", action="store_true",
                           help="print only the result: no progress, no log lines (errors still go to stderr)")

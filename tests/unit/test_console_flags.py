@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,56 @@ def test_diff_q_prints_only_the_regressions(tmp_path: Path) -> None:
     assert strict.stdout.splitlines() == [f"regression: {line}" for line in json.loads(
         run_edgeconv("diff", old, new, "--max-size-growth", "0.1", "--format", "json").stdout)["regressions"]]
     assert len(strict.stdout.splitlines()) == 1 and "30.0%" in strict.stdout
+
+
+@pytest.mark.parametrize("columns", [None, "", "57", "1", "0", "-3", "wide", " 61 "])
+@pytest.mark.parametrize("terminal", [None, 43, 0])
+def test_the_help_width_is_shutil_s_without_importing_it(columns: str | None, terminal: int | None,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parser's formatter finds the console's width itself (argparse's imports shutil, and shutil the
+    compression modules, on every run): $COLUMNS when a positive number, else the terminal's (a pty
+    ``terminal`` columns wide; 0: a terminal that reports no width), else 80, as shutil.get_terminal_size."""
+    import fcntl
+    import os
+    import pty
+    import shutil
+    import struct
+    import termios
+
+    from edgeconv.arguments import terminal_columns
+
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    if terminal is None:
+        assert terminal_columns() == shutil.get_terminal_size().columns
+        return
+    leader, follower = pty.openpty()
+    try:
+        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, terminal, 0, 0))
+        with os.fdopen(os.dup(follower), "w") as stream:
+            monkeypatch.setattr(sys, "__stdout__", stream)
+            assert terminal_columns() == shutil.get_terminal_size().columns
+            expected = int(columns) if columns and columns.strip().lstrip("-").isdigit() and int(columns) > 0 \
+                else terminal or 80
+            assert terminal_columns() == expected
+    finally:
+        os.close(leader)
+        os.close(follower)
+
+
+def test_help_is_wrapped_to_columns(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "52")
+    with pytest.raises(SystemExit):
+        _parser("check").parse_args(["check", "--help"])
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= 50 and len(lines) > 20
+
+
+def test_sys_stdout_none_gives_80(monkeypatch: pytest.MonkeyPatch) -> None:
+    from edgeconv.arguments import terminal_columns
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr(sys, "__stdout__", None)
+    assert terminal_columns() == 80
