@@ -11,11 +11,11 @@ the build runs), and neither is NumPy (``tests/integration/test_cache.py`` holds
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import output
+from ._log import get_logger
 from .cache import BuildCache
 from .config import ModelFormat, PipelineConfig, load_pipeline
 from .converters.tflite_reader import parse_tflite
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from . import report_model as rm
     from .calibration.samples import Progress
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 def build(pipeline: str | Path | PipelineConfig, *, out: str | Path | None = None,

@@ -18,7 +18,6 @@ import contextlib
 import functools
 import hashlib
 import json
-import logging
 import os
 import re
 import shutil
@@ -28,6 +27,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._log import get_logger
 from ._record import record
 from .config import PipelineConfig, installed_toolchain, resolved_data
 from .digests import path_sha256
@@ -36,7 +36,7 @@ from .output import MARKER
 if TYPE_CHECKING:
     from . import report_model as rm
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 FORMAT = 3  # bump when what an entry holds or the key hashes changes (2: every file's sha256; 3: JSON pipeline)
 # Libraries on the path from the data to the bytes that are not toolchain parts of their own (TOOLCHAIN is

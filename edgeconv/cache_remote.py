@@ -44,7 +44,6 @@ import functools
 import hashlib
 import inspect
 import json
-import logging
 import os
 import re
 import threading
@@ -55,6 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._lazy import lazy_import
+from ._log import get_logger
 from ._record import record
 from .cache import STAGING_AGE_S, BuildCache, _inside, default_dir, location
 from .errors import EdgeconvError
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 else:  # a local cache (most builds) opens through here too
     asyncio = lazy_import("asyncio")
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 T = TypeVar("T")
 
 FORMAT = 2  # 2: the files in one pack

@@ -7,13 +7,13 @@ CI step of its own, paid for on every run, and a build's stages are not part of 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import verdict
+from ._log import get_logger
 from .converters.tflite_reader import read_tflite
 from .errors import rel
 from .gates import check_limits
@@ -24,7 +24,7 @@ from .targets.checker import check_model
 if TYPE_CHECKING:
     from .config import GatesConfig
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 def check(model_path: str | Path, targets: Sequence[str] = ("generic-int8",),

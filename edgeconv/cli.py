@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import logging
 import os
 import sys
 import threading
@@ -18,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import cancel
+from . import _log, cancel
 from .console import print_lines
 from .errors import EdgeconvError, rel
 from .exit_codes import Exit
@@ -69,15 +68,8 @@ def _parse_and_main(argv: Sequence[str] | None) -> int:
 
         argcomplete.autocomplete(parser)  # prints the completions and exits
     args = parser.parse_args(argv)
-    # This command's console settings on edgeconv's logger are undone when it returns (a host program, or
-    # a test calling main(), keeps its own).
-    logger = logging.getLogger("edgeconv")
-    saved = (logger.handlers[:], logger.level, logger.propagate)
-    try:
+    with _log.kept():  # this command's console is undone when it returns
         return _signals_and_main(args)
-    finally:
-        logger.handlers, logger.propagate = saved[0], saved[2]
-        logger.setLevel(saved[1])
 
 
 def _signals_and_main(args: argparse.Namespace) -> int:
@@ -107,10 +99,8 @@ def _console(args: argparse.Namespace) -> None:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")
     from .console import LineProgress
 
-    logger = logging.getLogger("edgeconv")
-    logger.propagate = False
-    logger.handlers = [LineProgress(sys.stderr).handler()]
-    logger.setLevel(logging.DEBUG if args.verbose else logging.ERROR if args.quiet else logging.WARNING)
+    _log.console(lambda: LineProgress(sys.stderr).handler(),
+                 _log.DEBUG if args.verbose else _log.ERROR if args.quiet else _log.WARNING)
 
 
 def _main(args: argparse.Namespace) -> int:

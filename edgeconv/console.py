@@ -16,12 +16,14 @@ rich is imported only for a terminal.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import logging
 
 
 class Display(Protocol):
@@ -32,12 +34,6 @@ class Display(Protocol):
 
     def stop(self) -> None:
         """The work is over (done or failed): nothing may draw after this."""
-
-
-class Formatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        level = "warning: " if record.levelno >= logging.WARNING else ""
-        return f"edgeconv: {level}{record.getMessage()}"
 
 
 def live(stream: Any) -> bool:
@@ -77,9 +73,9 @@ class LineProgress:
             self.stream.flush()
 
     def handler(self) -> logging.Handler:
-        handler = logging.StreamHandler(self.stream)
-        handler.setFormatter(Formatter())
-        return handler
+        from .console_log import stream_handler
+
+        return stream_handler(self.stream)
 
     def stop(self) -> None:
         pass
@@ -116,7 +112,9 @@ class LiveProgress:
         return _paused(self.progress)
 
     def handler(self) -> logging.Handler:
-        return _ConsoleHandler(self.console)
+        from .console_log import ConsoleHandler
+
+        return ConsoleHandler(self.console)
 
     def stop(self) -> None:
         for task in self.tasks.values():
@@ -136,22 +134,6 @@ def _paused(progress: Any) -> Iterator[None]:
         yield
     finally:
         progress.start()
-
-
-class _ConsoleHandler(logging.Handler):
-    """Log lines above the live display (rich keeps the live lines below them); warnings in yellow."""
-
-    def __init__(self, console: Any) -> None:
-        super().__init__()
-        self.console = console
-        self.setFormatter(Formatter())
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            style = "yellow" if record.levelno >= logging.WARNING else None
-            self.console.print(self.format(record), style=style, markup=False, highlight=False, soft_wrap=True)
-        except Exception:  # a log line must never end the build
-            self.handleError(record)
 
 
 def _count_column() -> Any:
@@ -192,6 +174,8 @@ class StageFeed:
             self.send((self.pipeline, stage, done, total))
 
     def handler(self) -> logging.Handler:
+        import logging
+
         return logging.NullHandler()
 
     def stop(self) -> None:

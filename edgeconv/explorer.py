@@ -25,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from . import report_model as rm
+from ._log import get_logger
 from ._record import record
 from .converters.tflite_reader import TFLiteModel, read_tflite
 from .errors import ConfigError, EdgeconvError, ModelFileError, did_you_mean, rel
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 FOLDER = "explorer"
 #: Background colour of each status (light, so the node's label stays readable).

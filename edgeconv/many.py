@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from . import cancel
 from ._lazy import lazy_import
+from ._log import edgeconv_logger
 from ._record import record
 from .ci import Outcome
 from .crash import crash_log, crash_words
@@ -88,7 +89,7 @@ def build_one(path: Path, options: BuildOptions, display: Display | None = None,
         config = loaded if loaded is not None else load_pipeline(path)
         # edgeconv's own logger, set for this build (not the root logger: a host program's or an earlier
         # build's configuration must not decide what this one prints).
-        logger = logging.getLogger("edgeconv")
+        logger = edgeconv_logger()
         logger.propagate = False
         if display is not None:
             logger.handlers = [display.handler()]
@@ -250,7 +251,7 @@ def _prefetching(paths: Sequence[Path], options: BuildOptions) -> Iterator[dict[
             continue
         if key is not None:
             keys.append(key)
-    logger = logging.getLogger("edgeconv")
+    logger = edgeconv_logger()
     handlers, notes = list(logger.handlers), []
     try:
         with cache.fetching(keys, lambda *args: notes.append(args)):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import re
 import shutil
@@ -25,10 +24,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from . import cancel
+from ._log import get_logger
 from .errors import OutputError, rel
 
 MARKER = ".edgeconv-output"
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 # Fault injection for the reliability tests: die (SIGKILL), or be asked to stop (SIGTERM), at this step.
 _KILL_AT = "EDGECONV_TEST_KILL_AT"
 _TERM_AT = "EDGECONV_TEST_TERM_AT"

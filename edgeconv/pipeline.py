@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import logging
 import os
 import sys
 import tempfile
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from . import explorer, output, report, verdict
 from . import report_model as rm
+from ._log import get_logger
 from ._record import record
 from .calibration.checks import (
     DataWarning,
@@ -50,7 +50,7 @@ from .verify.stage import Verification, repaired_pipeline, verification_stage
 if TYPE_CHECKING:
     from .converters.tflite_export import Worker
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 def run(config: PipelineConfig, out_dir: Path, targets: list[Target], progress: Progress | None,

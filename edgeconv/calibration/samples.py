@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import report_model as rm
+from .._log import get_logger
 from .._record import record
 from ..errors import DataError, did_you_mean
 from ..ir import TensorSpec
@@ -28,7 +28,7 @@ _MAX_LISTED = 5
 # (stage, done, total); total 0: a stage without a count, done 0 when it starts and 1 when it ends
 Progress = Callable[[str, int, int], None]
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 class Stats:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._log import get_logger
 from .._record import record
 from ..config import QuantizationConfig
 from ..converters.tflite_reader import TFLiteModel
@@ -21,7 +21,7 @@ from .samples import Progress, RandomReader, SampleSet, collect
 if TYPE_CHECKING:
     from ..verify.recorded import Recording
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 def collect_section(cfg: CalibrationConfig | EvaluationConfig, role: str, inputs: Sequence[TensorSpec],

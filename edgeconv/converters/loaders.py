@@ -8,13 +8,13 @@ for the model in inference mode). The modules import TensorFlow only when called
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sys
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._log import get_logger
 from ..config import ModelConfig, ModelFormat
 from ..errors import ConfigError, did_you_mean, rel
 from .model import LoadedModel
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ..calibration.samples import Progress
     from .tflite_export import Worker
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 def _keras(cfg: ModelConfig, base_dir: Path) -> LoadedModel:

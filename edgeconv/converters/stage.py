@@ -3,9 +3,9 @@ the converter worker, read back, and its input and output types checked against 
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
+from .._log import get_logger
 from .._record import record
 from ..calibration.samples import Progress, SampleSet
 from ..config import QuantEngine, QuantizationConfig, RepairConfig, VerifyConfig
@@ -13,7 +13,7 @@ from .io_check import check_io_types
 from .tflite_export import Converter, Worker, export_options, shared_worker
 from .tflite_reader import TFLiteModel, parse_tflite
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 @record

@@ -13,7 +13,6 @@ import contextlib
 import fcntl
 import gc
 import json
-import logging
 import os
 import queue
 import re
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from .. import cancel
+from .._log import edgeconv_logger, get_logger
 from .._record import record
 from .._tf import quiet_tf_env
 from ..calibration.samples import Progress, SampleSet
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 WORKER = "edgeconv.converters._tflite_worker"
 EXIT_CONVERTER_ERROR = 2  # the worker's exit code when the converter rejected the model
 _LOG_TAIL = 40
-_log = logging.getLogger(__name__)
+_log = get_logger(__name__)
 
 
 @record
@@ -348,7 +348,7 @@ def _become_worker(jobs_fd: int, log_fd: int, message_fd: int) -> None:
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own stdin
         sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-        logging.getLogger("edgeconv").handlers.clear()  # the build's console is not the worker's
+        edgeconv_logger().handlers.clear()  # the build's console is not the worker's
         import faulthandler
 
         faulthandler.enable(file=sys.stderr)  # a crash's Python stack in the worker's log, not on the build's stderr

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from .._log import get_logger
 from .._record import record
 from ..converters.tflite_reader import OpInfo, TFLiteModel
 from .constraints import AFTER_PLACEMENT
@@ -25,7 +25,7 @@ from .cost import OpCost, op_cost
 from .parameter_memory import estimate
 from .target import Effect, OpStatus, Placement, Rule, Target
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 class Verdict(enum.Enum):

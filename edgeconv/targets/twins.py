@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
+from .._log import get_logger
+
 COMPILED_DIR = Path(__file__).parent / "compiled"
 FORMAT = 1  # bump when a twin's shape changes: an older twin is then not read
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 def dumps(doc: dict[str, Any]) -> str:

@@ -3,15 +3,15 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 from .. import report_model as rm
+from .._log import get_logger
 from ..calibration.samples import SampleSet
 from ..converters.tflite_reader import TFLiteModel
 from ..targets.target import Target
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 GATED_SAMPLES = 8  # samples the gate is measured on when verify.runtime_drift does not say
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from .. import report_model as rm
+from .._log import get_logger
 from .._record import record
 from ..calibration.samples import SampleSet
 from ..clock import Clock
@@ -19,7 +19,7 @@ from ..errors import ModelError
 from ..ir import FrozenGraph
 from ..passes import GraphPass, PassResult
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 def equivalence(reference: Any, graph: FrozenGraph, fn: Any, calib: SampleSet, batch_size: int, samples: int,

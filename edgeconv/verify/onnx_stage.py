@@ -3,19 +3,19 @@ run with ONNX Runtime against the source model and the .tflite."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
 from .. import report_model as rm
 from .. import verdict
+from .._log import get_logger
 from .._record import record
 from ..calibration.samples import SampleSet
 from ..config import OnnxConfig, QuantizationConfig
 from ..converters.tflite_reader import TFLiteModel
 from ..ir import FrozenGraph
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 @record

@@ -10,18 +10,18 @@ batch, and parity reads them back (:meth:`Recording.replay`). A recording is bou
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_import
+from .._log import get_logger
 
 if TYPE_CHECKING:
     import numpy as np
 else:
     np = lazy_import("numpy")
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 RECORD_BYTES = 256 * 2 ** 20  # outputs kept per recording; a larger one is dropped (the model runs again)
 Run = Callable[[Mapping[str, Any]], dict[str, Any]]

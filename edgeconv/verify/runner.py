@@ -8,7 +8,6 @@ TensorFlow: only ``ai-edge-litert``.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import re
 import sys
@@ -18,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._lazy import lazy_import
+from .._log import get_logger
 from ..converters.tflite_reader import TFLiteModel, parse_tflite
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ else:
     np = lazy_import("numpy")
 
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 _CHATTER = re.compile(r"^INFO: (Created TensorFlow Lite XNNPACK delegate for CPU"
                       r"|Replacing \d+ node\(s\) with delegate)")
 

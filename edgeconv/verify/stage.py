@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .. import report_model as rm
 from .. import verdict
+from .._log import get_logger
 from .._record import record
 from ..calibration.checks import DataWarning, quantization_warnings
 from ..calibration.config import CalibrationConfig
@@ -27,7 +27,7 @@ from ..targets.describe import quantization_line
 from ..targets.target import Target
 from .recorded import Recordings
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 
 @record

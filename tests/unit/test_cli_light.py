@@ -367,9 +367,11 @@ def test_a_pipeline_path_is_never_rich_markup(monkeypatch: pytest.MonkeyPatch, t
 ])
 def test_check_imports_no_build_stage(argv: list[str], code: int) -> None:
     """`check` is a CI step of its own: the pipeline, its schema, the calibration, the passes and the cache
-    are not part of it (issue 38; `scripts/bench_check.py` measures it against reading the op list alone)."""
+    are not part of it (issue 38; `scripts/bench_check.py` measures it against reading the op list alone), nor
+    are logging (nothing is logged without -v; edgeconv._log) and shutil (argparse's help width;
+    edgeconv.arguments.HelpFormatter)."""
     heavy = ("edgeconv.pipeline", "edgeconv.config", "edgeconv.calibration", "edgeconv.passes", "edgeconv.cache",
-             "edgeconv.converters.tflite_export", "tensorflow")
+             "edgeconv.converters.tflite_export", "tensorflow", "logging", "shutil")
     probe = (f"import sys\nfrom edgeconv.cli import main\ncode = main({argv!r})\n"
              f"print(code, sorted(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
