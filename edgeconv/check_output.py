@@ -18,13 +18,13 @@ if TYPE_CHECKING:
 def check_lines(path: Path, result: CheckResult, fmt: str, *, quiet: bool = False) -> list[str]:
     """A checked .tflite: each target's verdict (per op unless one model-wide cause explains every op, as
     the diagnosis says), then the gate's reasons; ``fmt`` is ``text``, ``md`` or ``json``."""
-    from .report import drift_lines, target_lines, targets_markdown
-    from .targets.diagnosis import diagnose
-
     data = result.to_json()
     if fmt == "json":  # the report's targets section; with --reference-inputs, beside the runtimes' drift
         return [json.dumps(data if result.drift is None else {"targets": data, "runtime_drift": result.drift},
                            indent=2)]
+    from .report import drift_lines, target_lines, targets_markdown
+    from .targets.diagnosis import diagnose
+
     found = diagnose(result.model)
     if fmt == "md":
         said = [f"**Model:** {found.sentence}", ""] if found is not None else []
