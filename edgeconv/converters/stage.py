@@ -9,7 +9,7 @@ from .._log import get_logger
 from .._record import record
 from ..calibration.samples import Progress, SampleSet
 from ..config import QuantEngine, QuantizationConfig, RepairConfig, VerifyConfig
-from .io_check import check_io_types
+from .io_check import INTEGER_DTYPES, check_io_types
 from .tflite_export import Converter, Worker, export_options, shared_worker
 from .tflite_reader import TFLiteModel, parse_tflite
 
@@ -50,7 +50,9 @@ def convert_stage(q: QuantizationConfig, verify: VerifyConfig, graph: Any, graph
     if worker is not shared_worker() and not keep_worker:
         worker.close()
     model = parse_tflite(exported.tflite, f"{name}.tflite")
-    check_io_types(model, q.io("input").value, q.io("output").value, bool(q.int16_ops))
+    check_io_types(model, q.io("input").value, q.io("output").value, bool(q.int16_ops),
+                   {which: {s.name: s.dtype for s in specs if s.dtype in INTEGER_DTYPES}
+                    for which, specs in (("input", graph.inputs), ("output", graph.outputs))})
     return Converted(converter, exported, model)
 
 

@@ -284,6 +284,51 @@ def test_an_output_the_converter_keeps_float_is_a_model_error_naming_the_op() ->
     check_io_types(model, "int8", "float32")  # what the fix says: no error
 
 
+def _one_op_model(input_dtype: str, output_dtype: str) -> Any:
+    from ..synthetic import Builder
+
+    b = Builder()
+    x, y = b.tensor(input_dtype, (1, 16), name="ids"), b.tensor(output_dtype, (1,), name="cls")
+    _, model = b.op("ARG_MAX", [x], [y])
+    sg = dataclasses.replace(model.main, inputs=(x.index,), outputs=(y.index,))
+    return dataclasses.replace(model, subgraphs=(sg,))
+
+
+def test_integer_tensors_of_the_source_model_keep_their_dtype() -> None:
+    """Ids in and an argmax's class out: no quantization reaches them, so the configured int8 does not apply
+    to the tensors the source model declares integer (the loader's inputs and outputs, by name)."""
+    from edgeconv.converters.io_check import check_io_types
+    from edgeconv.errors import ModelError
+
+    model = _one_op_model("int32", "int32")
+    check_io_types(model, "int8", "int8", integers={"input": {"ids": "int32"}, "output": {"cls": "int32"}})
+    with pytest.raises(ModelError) as info:  # an int64 source input the converter made int32: not the same dtype
+        check_io_types(model, "int8", "int8", integers={"input": {"ids": "int64"}, "output": {"cls": "int32"}})
+    assert str(info.value).startswith("the converter kept model input 'ids' int32, not the configured int8")
+    with pytest.raises(ModelError) as info:  # the names are the source model's: "cls" as an input is not it
+        check_io_types(model, "int8", "int8", integers={"input": {"cls": "int32"}, "output": {"ids": "int32"}})
+    assert "model input 'ids'" in str(info.value) and "model output 'cls'" in str(info.value)
+
+
+def test_a_fix_names_only_a_setting_the_pipeline_allows() -> None:
+    """An int32 output (ARG_MAX) the source model does not declare integer: no quantization.output_type gives
+    int32, so the fix is the op, not a value the pipeline would refuse."""
+    from edgeconv.converters.io_check import check_io_types
+    from edgeconv.errors import ModelError
+
+    with pytest.raises(ModelError) as info:
+        check_io_types(_one_op_model("int8", "int32"), "int8", "int8")
+    assert str(info.value) == (
+        "the converter kept model output 'cls' int32, not the configured int8 (written by op #0 ARG_MAX 'cls'): "
+        "the model has an op the converter does not quantize there. Fix: replace ARG_MAX with an op the converter "
+        "quantizes")
+    with pytest.raises(ModelError) as info:
+        check_io_types(_one_op_model("int32", "int8"), "int8", "int8")
+    assert str(info.value) == (
+        "the converter kept model input 'ids' int32, not the configured int8: the model has an op the converter "
+        "does not quantize there. Fix: give the model's input 'ids' a float or int8 dtype")
+
+
 # One sigmoid unit: 8 samples, 5 of them label 1. The reference calls 7 of 8 right (4 of them 1); the built model
 # collapses to "0" for every sample (the decision at 0.5), as an INT8 input that erased its features does.
 SIGMOID = np.array([[0.9], [0.8], [0.3], [0.7], [0.6], [0.2], [0.1], [0.4]])
@@ -341,3 +386,28 @@ def test_labels_no_output_can_use_are_said() -> None:
     assert check.sentence == ("the evaluation labels 'label' score no output (y regression): no accuracy is measured; "
                               "declare the output they score in verify.outputs (classification, or binary for one "
                               "sigmoid unit with 0/1 labels)")
+
+
+WRAPPED_KEY_ERROR = ('in user code:\n\n    File "/x/keras_loader.py", line 183, in None  *\n        lambda *args: '
+                     'call(args)\n    File "/x/keras_loader.py", line 176, in call  *\n        return {k: result[k] '
+                     "for k in out_names}\n\n    KeyError: 'argmax'\n")
+NO_SOURCE_FRAMES = ('in user code:\n\n    File "<frozen>", line 1, in call\n    File "<string>", line 2, in f\n\n'
+                    '    TypeError: f() takes 1 positional argument\n')
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    (WRAPPED_KEY_ERROR, "KeyError: 'argmax'"),
+    (NO_SOURCE_FRAMES, "TypeError: f() takes 1 positional argument"),
+    ("Exception encountered when calling Bad.call().\n\n\x1b[1mneeds 2\x1b[0m\n\nArguments received by Bad.call():\n"
+     "  \u2022 x=tf.Tensor(shape=(1, 5), dtype=float32)", "ValueError in Bad.call(): needs 2"),
+    ("shapes (1, 3) and (4,) are incompatible\nmore detail", "shapes (1, 3) and (4,) are incompatible"),
+    ("bell\x07 and \x1b]0;title\x07 escape", "bell  and  ]0;title  escape"),
+    ("", "ValueError"),
+    ("in user code:\n", "in user code:"),
+])
+def test_a_trace_s_error_is_one_line_of_what_went_wrong(text: str, said: str) -> None:
+    """TensorFlow's "in user code:" and the stack, Keras's "Exception encountered when calling", terminal
+    escapes and control characters (a model's own text): the line says the error and its message."""
+    from edgeconv.converters.keras_loader import _traced_error
+
+    assert _traced_error(ValueError(text)) == said
