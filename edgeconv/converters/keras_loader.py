@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -173,7 +174,8 @@ def graph_from_keras(path: Path, *, batch_size: int, input_shapes: Mapping[str, 
     def call(args: Sequence[Any]) -> dict[str, Any]:
         result = model(list(args) if len(args) > 1 else args[0], training=False)
         if isinstance(result, dict):
-            return {k: result[k] for k in (out_names or sorted(result))}
+            # output_names can name an op output by the op ("argmax") where the dict says "cls": the dict's keys
+            return {k: result[k] for k in (out_names if set(out_names) == set(result) else sorted(result))}
         flat = result if isinstance(result, (list, tuple)) else [result]
         names = out_names if len(out_names) == len(flat) else [f"output_{i}" for i in range(len(flat))]
         return dict(zip(names, flat))
@@ -183,8 +185,8 @@ def graph_from_keras(path: Path, *, batch_size: int, input_shapes: Mapping[str, 
     try:
         cf = fn.get_concrete_function()
     except Exception as exc:
-        raise ModelError(f"{rel(path)}: tracing the model with training=False failed: "
-                         f"{str(exc).strip().splitlines()[0]}") from None
+        raise ModelError(f"{rel(path)}: tracing the model with training=False failed: {_traced_error(exc)}") \
+            from None
     graph_def = freeze_concrete_function(cf, [layer.name for layer in layers])
     inputs = tuple(TensorSpec(n, t.name, shapes[n], dtypes[n]) for n, t in zip(in_names, cf.inputs))
     outputs = tuple(TensorSpec(n, t.name, tuple(t.shape), t.dtype.name) for n, t in cf.structured_outputs.items())
@@ -253,6 +255,31 @@ def _compiled_runner(tf: Any, call: Any, in_names: Sequence[str], shapes: Mappin
         return {k: np.concatenate([np.asarray(p[k]) for p in parts]) for k in parts[0]}
 
     return run
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_KERAS_CALL = re.compile(r"(?:(\w+): )?Exception encountered when calling (\S+?)\.?$")
+
+
+def _traced_error(exc: Exception) -> str:
+    """What went wrong in a trace, in one line. TensorFlow wraps an error raised in the model's code as "in
+    user code:", the stack (frames indented, their code indented further), then the error at the frames'
+    indent; Keras wraps a layer's as "ValueError: Exception encountered when calling Bad.call().", the
+    message, then the arguments. So: "ValueError in Bad.call(): the message". Terminal escapes and control
+    characters (the model's text, Keras's bold) are left out."""
+    text = "".join(c if c.isprintable() or c == "\n" else " " for c in _ANSI.sub("", str(exc)))
+    raw = [line for line in text.splitlines() if line.strip()]
+    frames = [i for i, line in enumerate(raw) if line.lstrip().startswith("File ")]
+    if raw and raw[0].strip() == "in user code:" and frames:
+        indent = len(raw[frames[-1]]) - len(raw[frames[-1]].lstrip())
+        raw = [line for line in raw[frames[-1] + 1:] if len(line) - len(line.lstrip()) <= indent] or raw[-1:]
+    lines = [line.strip() for line in raw]
+    if not lines:
+        return type(exc).__name__
+    called = _KERAS_CALL.match(lines[0])
+    if called is not None and len(lines) > 1:
+        return f"{called[1] or type(exc).__name__} in {called[2]}: {lines[1]}"
+    return lines[0]
 
 
 def _output_names(model: Any) -> list[str]:

@@ -46,6 +46,22 @@ CUSTOM_LAYERS = textwrap.dedent('''
             return ops.sin(x)
 
     @keras.saving.register_keras_serializable(package=PACKAGE)
+    class ClassOf(keras.layers.Layer):
+        """The top class as an int32 index (tf.argmax: keras.ops.argmax lowers to a Flex BitwiseAnd)."""
+        def call(self, x):
+            import tensorflow as tf
+
+            return tf.argmax(x, axis=-1, output_type=tf.int32)
+
+    @keras.saving.register_keras_serializable(package=PACKAGE)
+    class NeedsPairs(keras.layers.Layer):
+        """Refuses a batch of one, as a layer written for training batches can."""
+        def call(self, x):
+            if x.shape[0] == 1:
+                raise ValueError("\\x1b[1mthis layer needs a batch of 2\\x1b[0m")
+            return x
+
+    @keras.saving.register_keras_serializable(package=PACKAGE)
     class ForcedBN(keras.layers.BatchNormalization):
         """Batch norm that normalises with batch statistics in every call."""
         def call(self, x, training=None):

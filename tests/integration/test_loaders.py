@@ -473,6 +473,45 @@ def test_weights_only_h5_is_refused(tmp_path: Path) -> None:
                               "model.save_weights")
 
 
+def test_a_dict_output_named_by_an_op_and_an_integer_class_output_build(tmp_path: Path) -> None:
+    """Keras names a dict output that an op computes by the op ("softmax_1"), not by its key ("probs"): the
+    dict's keys name the outputs (it was a KeyError raised while tracing, shown as "in user code:"). An
+    argmax's int32 class stays int32 in the .tflite, whatever output_type says (it was refused with a fix
+    naming output_type: int32, which the pipeline does not allow)."""
+    import keras
+
+    layers = models.write_custom_layers(tmp_path, "dict_out")
+    keras.utils.set_random_seed(4)
+    inp = keras.Input((7,), name="feat")
+    logits = keras.layers.Dense(5, name="logits")(inp)
+    model = keras.Model(inp, {"probs": keras.ops.softmax(logits), "cls": layers.ClassOf(name="cls")(logits)})
+    assert sorted(model.output_names) != ["cls", "probs"]
+    model.save(tmp_path / "m.keras")
+    x = np.random.default_rng(4).normal(size=(24, 7)).astype(np.float32)
+    result = edgeconv.build(project(tmp_path, tmp_path / "m.keras", "  custom_modules: [dict_out]\n  trust_code: "
+                                    "true\n", cal={"feat": x}, targets="arm-neon"))
+    outputs = {o["signature_name"]: o["dtype"] for o in result.report["tflite"]["outputs"]}
+    assert outputs == {"probs": "int8", "cls": "int32"}
+    got = models.run_tflite(result.tflite_path, {"feat": x[:1]})
+    want = model(x[:1], training=False)
+    assert int(got["cls"][0]) == int(want["cls"][0]) == int(np.argmax(got["probs"][0]))
+
+
+def test_an_error_raised_in_a_layer_s_call_is_named_with_its_message(tmp_path: Path) -> None:
+    """TensorFlow wraps it ("in user code:", the stack), Keras too (the layer, the message, the arguments):
+    the one line names the error, the layer and the message, without the terminal escapes."""
+    import keras
+
+    layers = models.write_custom_layers(tmp_path, "pairs_only")
+    inp = keras.Input((7,), name="feat")
+    keras.Model(inp, layers.NeedsPairs(name="pairs")(keras.layers.Dense(5, name="d")(inp))).save(tmp_path / "m.keras")
+    with pytest.raises(ModelError) as err:
+        edgeconv.build(project(tmp_path, tmp_path / "m.keras", "  custom_modules: [pairs_only]\n  trust_code: true\n",
+                               cal={"feat": np.ones((24, 7), np.float32)}))
+    assert str(err.value) == ("m.keras: tracing the model with training=False failed: ValueError in NeedsPairs.call(): "
+                              "this layer needs a batch of 2")
+
+
 def test_subclassed_keras3_model_is_traced_through_its_call_argument(tmp_path: Path) -> None:
     import keras
 
