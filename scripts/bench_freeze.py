@@ -23,7 +23,7 @@ from typing import Any
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from edgeconv.converters.freeze import _constants_v2  # noqa: E402
+from edgeconv.converters.freeze import _constants_v2
 
 IMPORT_ATTRIBUTES = ("_has_manual_control_dependencies", "_user_specified_name")
 
