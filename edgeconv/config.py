@@ -122,7 +122,7 @@ def _parse_bind(node: yaml.Node, key: str, ctx: Ctx) -> Any:
     return types.MappingProxyType(out) if len(out) == len(node.value) else INVALID
 
 
-OUTPUT_KINDS = ("classification", "binary", "multilabel", "regression", "boxes")
+OUTPUT_KINDS = ("classification", "binary", "multilabel", "regression", "boxes", "index")
 _FILE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
 _OBJECT_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
@@ -149,7 +149,7 @@ def _parse_custom_objects(node: yaml.Node, key: str, ctx: Ctx) -> Any:
 
 
 def _parse_output_kinds(node: yaml.Node, key: str, ctx: Ctx) -> Any:
-    """Model output name -> classification | binary | multilabel | regression | boxes."""
+    """Model output name -> classification | binary | multilabel | regression | boxes | index."""
     return _parse_text_map(node, key, ctx, "model output name to an output kind", lambda value, v: None
                            if value in OUTPUT_KINDS else f"unknown output kind {_yaml_text(v)} (allowed: "
                            f"{allowed_list(OUTPUT_KINDS)}){did_you_mean(str(value), OUTPUT_KINDS)}")
@@ -276,10 +276,13 @@ class VerifyConfig:
         "sigmoid unit: the decision at 0.5 is its top-1, and 0/1 labels score it), multilabel (independent "
         "sigmoid tags: each tag's decision at 0.5, averaged), boxes (detection boxes as corners, 4 values each, "
         "(ymin, xmin, ymax, xmax) or (xmin, ymin, xmax, ymax): also the mean IoU of each built box with the source "
-        "model's) or regression (offsets, landmarks, embeddings: SQNR, cosine and max error only). Default: "
+        "model's), index (integers that must match exactly: an argmax's class, a segmentation map, ids: the share "
+        "of values equal to the source model's is its top-1 agreement, no SQNR) or regression (offsets, "
+        "landmarks, embeddings: SQNR, cosine and max error only). Default: "
         "classification for an output of class scores (one vector per sample of non-negative values summing to "
         "1, or the output the evaluation labels score), binary for one "
-        "value per sample in [0, 1] that 0/1 labels score, regression otherwise.", factory=dict,
+        "value per sample in [0, 1] that 0/1 labels score, index for an output the source model gives as "
+        "integers, regression otherwise.", factory=dict,
         parse=_parse_output_kinds,
         json_schema=lambda: {"type": "object", "additionalProperties": {"enum": list(OUTPUT_KINDS)}})
     suggest_keep_float: bool = setting(

@@ -18,7 +18,7 @@ from .converters.tflite_reader import TensorInfo, TFLiteModel
 from .targets.checker import OpResult, TargetResult
 from .targets.parameter_memory import memory_line
 from .targets.target import Effect, Placement, Target
-from .verdict import target_passes
+from .verdict import AGREEMENT, target_passes
 
 if typing.TYPE_CHECKING:
     from . import report_model as rm
@@ -229,13 +229,16 @@ def console_lines(report: rm.Report, served_in: float | None = None) -> list[str
             lines.append(f"accuracy: {acc['source']:.2%} in float -> {acc['built']:.2%} built "
                          f"(drop {acc['drop']['built'] * 100:.2f} points, on {parity['samples']} "
                          f"{parity.get('data', 'evaluation')} samples)")
-        sqnr = [(name, per["built"]["sqnr_db"], per["built"]["top1_agreement"], per["built"].get("mean_iou"))
-                for name, per in parity["outputs"].items()]
-        lines += [f"output {name!r}: SQNR {_num(db, '.1f')} dB"
-                  + (f", top-1 agreement {top1:.2%}" if top1 is not None else "")
-                  + (f", mean box IoU {iou:.3f}" if iou is not None else "")
-                  + f" against the float model ({parity.get('data', 'evaluation')} samples)"
-                  for name, db, top1, iou in sqnr]
+        kinds = parity.get("kinds", {})
+        for name, per in parity["outputs"].items():
+            m, index = per["built"], kinds.get(name) == "index"
+            said = [] if index else [f"SQNR {_num(m['sqnr_db'], '.1f')} dB"]  # an index output has none
+            if m["top1_agreement"] is not None:
+                said.append(f"{AGREEMENT.get(kinds.get(name, ''), 'top-1 agreement')} {m['top1_agreement']:.2%}")
+            if m.get("mean_iou") is not None:
+                said.append(f"mean box IoU {m['mean_iou']:.3f}")
+            lines.append(f"output {name!r}: {', '.join(said)} against the float model "
+                         f"({parity.get('data', 'evaluation')} samples)")
     lines += drift_lines(report.get("runtime_drift"))
     memory = report.get("memory")
     tfl = report["tflite"]

@@ -221,7 +221,7 @@ class Parity(TypedDict):
     data: NotRequired[Annotated[str, OneOf(("evaluation", "calibration", "random")), Doc(
         "The samples it ran on: the evaluation data, or without any, the calibration samples.")]]
     kinds: NotRequired[dict[str, Annotated[str, OneOf(("classification", "binary", "multilabel", "regression",
-                                                        "boxes"))]]]
+                                                        "boxes", "index"))]]]
     outputs: Annotated[dict[str, dict[str, OutputParity]], Doc("Per model output, per pair compared.")]
     accuracy: Annotated[dict[str, Any] | None, Doc(
         "Top-1 accuracy against the labels: the output scored, one share per model compared (source, tflite_float, "

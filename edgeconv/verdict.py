@@ -221,8 +221,10 @@ def _accelerator_check(r: TargetResult, share: float, limit: float | None, layer
                          f"(gates.min_supported_mac_share.{name})"), measured=share, limit=limit, target=name)
 
 
-# What top1_agreement measures, by output kind (verify.outputs): a sigmoid unit's top-1 is its decision at 0.5.
-_AGREEMENT = {"binary": "decision agreement (at 0.5)", "multilabel": "per-tag decision agreement (at 0.5)"}
+# What top1_agreement measures, by output kind (verify.outputs): a sigmoid unit's top-1 is its decision at 0.5,
+# an index output's the share of its values equal to the source model's.
+AGREEMENT = {"binary": "decision agreement (at 0.5)", "multilabel": "per-tag decision agreement (at 0.5)",
+             "index": "agreement of its values"}
 
 
 def labels_unused(labels: str, kinds: Mapping[str, str]) -> Check:
@@ -257,7 +259,7 @@ def agreement_checks(parity: Mapping[str, Any], limits: Limits, candidate: str =
                              measured=m["cosine"], limit=cosine))
         if top1 is not None and m["top1_agreement"] is not None:
             ok = m["top1_agreement"] >= top1
-            what = _AGREEMENT.get(parity.get("kinds", {}).get(name, ""), "top-1 agreement")
+            what = AGREEMENT.get(parity.get("kinds", {}).get(name, ""), "top-1 agreement")
             out.append(Check(f"agreement.top1.{name}", Kind.AGREEMENT, Outcome.PASS if ok else Outcome.FAIL,
                              f"output {name!r}: {what} {m['top1_agreement']:.2%}"
                              + ("" if ok else f" < {key['min_top1_agreement']} {top1:.2%}")

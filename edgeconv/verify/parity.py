@@ -41,8 +41,11 @@ class _Accumulator:
     boxes: bool = False  # the output holds corner boxes: their IoU with the reference's is measured
     iou_sum: float = 0.0
     box_count: int = 0
+    integers: bool = True  # every reference output so far has an integer dtype (an argmax's class, ids)
+    equal: int = 0  # values equal to the reference's
 
     def add(self, want: np.ndarray, got: np.ndarray) -> None:
+        self.integers = self.integers and np.issubdtype(want.dtype, np.integer)
         want = want.astype(np.float64).reshape(want.shape[0], -1)
         got = got.astype(np.float64).reshape(got.shape[0], -1)
         diff = np.abs(want - got)
@@ -55,6 +58,7 @@ class _Accumulator:
             np.all(want >= -1e-6) and np.all(np.abs(want.sum(1) - 1.0) < 0.05))
         self.probabilities = self.probabilities and bool(np.all((want >= 0.0) & (want <= 1.0)))
         self.decided += int(np.sum((want >= 0.5) == (got >= 0.5)))
+        self.equal += int(np.count_nonzero(diff == 0))
         self.sum_abs += float(diff.sum())
         self.signal += float(np.sum(want ** 2))
         self.noise += float(np.sum((want - got) ** 2))
@@ -72,11 +76,16 @@ class _Accumulator:
 
     def result(self, kind: str) -> rm.OutputParity:
         """The comparison; ``top1_agreement`` by the output's kind: the top-1 class (classification), the
-        decision at 0.5 (binary: the top-1 of [1 - p, p]; multilabel: each tag's, averaged), none (regression)."""
+        decision at 0.5 (binary: the top-1 of [1 - p, p]; multilabel: each tag's, averaged), the values equal
+        to the reference's (index: class indices, a segmentation map, ids; its SQNR would weigh a wrong class
+        by how far its number is: null), none (regression)."""
         # No noise at all: SQNR is unbounded, written as null (JSON has no infinity).
         sqnr = 10 * math.log10(self.signal / self.noise) if self.noise > 0 and self.signal > 0 else None
+        if kind == "index":
+            sqnr = None
         top1 = (self.agree / max(self.samples, 1) if kind == "classification" else
-                self.decided / max(self.n, 1) if kind in ("binary", "multilabel") else None)
+                self.decided / max(self.n, 1) if kind in ("binary", "multilabel") else
+                self.equal / max(self.n, 1) if kind == "index" else None)
         out: rm.OutputParity = {"max_abs_error": self.max_abs, "mean_abs_error": self.sum_abs / max(self.n, 1),
                                 "reference_max_abs": self.reference_max,
                                 "cosine": self.cosine_sum / max(self.samples, 1), "sqnr_db": sqnr,
@@ -118,10 +127,10 @@ def measure(reference: Run, candidates: Mapping[str, Run], batches: Iterable[dic
             output_shapes: Mapping[str, tuple[int, ...]], labels: np.ndarray | None,
             kinds: Mapping[str, str] | None = None) -> rm.Parity:
     """Compare every candidate with the reference, output by output, on the same batches. ``kinds`` says
-    each output's kind (classification, binary, multilabel, regression, boxes); an output not named is
-    classification when it holds class probabilities, binary when it is one value per sample in [0, 1] that
-    0/1 labels score, regression otherwise. The labels score the first classification output, else a
-    binary one (the decision at 0.5)."""
+    each output's kind (classification, binary, multilabel, regression, boxes, index); an output not named
+    is classification when it holds class probabilities, binary when it is one value per sample in [0, 1]
+    that 0/1 labels score, index when the source model gives integers, regression otherwise. The labels
+    score the first classification output, else a binary one (the decision at 0.5)."""
     kinds = kinds or {}
     acc = {c: {o: _Accumulator(boxes=kinds.get(o) == "boxes") for o in output_shapes} for c in candidates}
     declared = [o for o in output_shapes if kinds.get(o) == "classification"]
@@ -157,6 +166,8 @@ def measure(reference: Run, candidates: Mapping[str, Run], batches: Iterable[dic
             return kinds[o]
         if o == unit:
             return "binary"
+        if first is not None and acc[first][o].integers:
+            return "index"
         looks = is_classifier(shape) and first is not None and acc[first][o].scores
         return "classification" if looks or (labels is not None and o == scored) else "regression"
 

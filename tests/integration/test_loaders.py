@@ -487,7 +487,7 @@ def test_a_dict_output_named_by_an_op_and_an_integer_class_output_build(tmp_path
     model = keras.Model(inp, {"probs": keras.ops.softmax(logits), "cls": layers.ClassOf(name="cls")(logits)})
     assert sorted(model.output_names) != ["cls", "probs"]
     model.save(tmp_path / "m.keras")
-    x = np.random.default_rng(4).normal(size=(24, 7)).astype(np.float32)
+    x = np.random.default_rng(4).normal(size=(16, 7)).astype(np.float32)  # the 16 the pipeline calibrates on
     result = edgeconv.build(project(tmp_path, tmp_path / "m.keras", "  custom_modules: [dict_out]\n  trust_code: "
                                     "true\n", cal={"feat": x}, targets="arm-neon"))
     outputs = {o["signature_name"]: o["dtype"] for o in result.report["tflite"]["outputs"]}
@@ -495,6 +495,13 @@ def test_a_dict_output_named_by_an_op_and_an_integer_class_output_build(tmp_path
     got = models.run_tflite(result.tflite_path, {"feat": x[:1]})
     want = model(x[:1], training=False)
     assert int(got["cls"][0]) == int(want["cls"][0]) == int(np.argmax(got["probs"][0]))
+    # The class is compared value by value (an index output), not by an SQNR of class numbers.
+    parity = result.report["parity"]
+    assert parity["kinds"] == {"probs": "classification", "cls": "index"}
+    built = [models.run_tflite(result.tflite_path, {"feat": x[i:i + 1]})["cls"][0] for i in range(16)]
+    same = np.mean(np.array(built) == np.asarray(model(x[:16], training=False)["cls"]))
+    assert parity["outputs"]["cls"]["built"]["top1_agreement"] == pytest.approx(same)
+    assert parity["outputs"]["cls"]["built"]["sqnr_db"] is None
 
 
 def test_an_error_raised_in_a_layer_s_call_is_named_with_its_message(tmp_path: Path) -> None:

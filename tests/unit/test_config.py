@@ -103,7 +103,7 @@ def test_resolved_pipeline_round_trips(project: Path) -> None:
      "(letters, digits, '.', '_', '-'; not a path, not starting with '.')"),
     (MINIMAL + "verify: {outputs: {boxes: regresion}}\n",
      "p.yaml:6: verify.outputs.boxes: unknown output kind 'regresion' (allowed: binary, boxes, classification, "
-     "multilabel, regression); did you mean 'regression'?"),
+     "index, multilabel, regression); did you mean 'regression'?"),
     (MINIMAL + "gates: {disable: [acuracy]}\n",
      "p.yaml:6: gates.disable[0]: unknown default gate 'acuracy' (allowed: accelerator, accuracy, agreement, "
      "calibration); did you mean 'accuracy'?"),

@@ -329,6 +329,40 @@ def test_a_fix_names_only_a_setting_the_pipeline_allows() -> None:
         "does not quantize there. Fix: give the model's input 'ids' a float or int8 dtype")
 
 
+# An argmax's class per sample (int32), and a segmentation map's (int64): the built model changes 1 of 8
+# classes and 3 of 24 pixels.
+CLASSES = np.array([[3], [0], [4], [4], [1], [2], [0], [3]], np.int32)
+MAP = np.array([[[0, 1, 1], [2, 2, 0]], [[1, 1, 1], [0, 0, 2]], [[2, 0, 1], [1, 2, 2]], [[0, 0, 0], [1, 1, 1]]])
+
+
+CHANGED = np.where(np.arange(8)[:, None] == 5, 0, CLASSES).astype(np.int32)
+
+
+@pytest.mark.parametrize(("reference", "built", "kinds", "agreement", "kind"), [
+    (CLASSES, CHANGED, None, 7 / 8, "index"),
+    (MAP, np.where(np.isin(np.arange(24).reshape(4, 2, 3), [1, 9, 20]), 2, MAP), None, 21 / 24, "index"),
+    (CLASSES.astype(np.float32), CHANGED.astype(np.float32), None, None, "regression"),  # integral floats
+    (CLASSES, CHANGED, {"y": "regression"}, None, "regression"),  # declared in verify.outputs
+    (CLASSES.astype(np.float32), CHANGED.astype(np.float32), {"y": "index"}, 7 / 8, "index"),
+])
+def test_an_output_of_integers_is_compared_value_by_value(reference: np.ndarray, built: np.ndarray,
+                                                          kinds: dict[str, str] | None, agreement: float | None,
+                                                          kind: str) -> None:
+    """An argmax's class or a segmentation map (the source model gives integers): the share of values equal
+    to the source model's is its agreement, gated as a top-1 agreement; no SQNR (it would weigh a wrong class
+    by how far its number is from the right one)."""
+    result = _measure(reference, built, kinds)
+    m = result["outputs"]["y"]["built"]
+    assert (result["kinds"], m["top1_agreement"]) == ({"y": kind}, agreement)
+    assert (m["sqnr_db"] is None) is (kind == "index")
+    if kind == "index" and agreement is not None and agreement < 0.9:
+        result["data"] = "evaluation"
+        (check,) = [c for c in verdict.agreement_checks(result, verdict.Limits()) if c.id == "agreement.top1.y"]
+        assert (check.outcome, check.sentence) == (verdict.Outcome.FAIL, (
+            f"output 'y': agreement of its values {agreement:.2%} < gates.min_top1_agreement 90.00% (on the "
+            "evaluation samples)"))
+
+
 # One sigmoid unit: 8 samples, 5 of them label 1. The reference calls 7 of 8 right (4 of them 1); the built model
 # collapses to "0" for every sample (the decision at 0.5), as an INT8 input that erased its features does.
 SIGMOID = np.array([[0.9], [0.8], [0.3], [0.7], [0.6], [0.2], [0.1], [0.4]])
