@@ -196,7 +196,8 @@ class ModelConfig:
         json_schema=lambda: {"type": "object", "additionalProperties": {"type": "string",
                                                                         "pattern": "^[\\w.]+:[\\w.]+$"}})
     trust_code: bool = setting("Run code the pipeline does not show: modules from the pipeline's folder "
-                               "(custom_modules, custom_objects), and what a SavedModel or graph runs beyond "
+                               "(custom_modules, custom_objects), a Keras Lambda layer's function (stored in the "
+                               "model file as bytecode), and what a SavedModel or graph runs beyond "
                                "inference (init ops, resource initializers, ops with effects outside the graph).",
                                default=False)
 

@@ -55,7 +55,9 @@ def custom_object_classes(objects: Mapping[str, str], base_dir: Path) -> dict[st
     return out
 
 
-def _load(path: Path, fmt: str, custom_objects: Mapping[str, Any] | None = None) -> Any:
+def _load(path: Path, fmt: str, custom_objects: Mapping[str, Any] | None = None, trust_code: bool = False) -> Any:
+    """The Keras model at ``path``. A Lambda layer's Python function is stored in the file as bytecode, which
+    loading would run: Keras's safe mode refuses it unless ``trust_code``."""
     import keras
 
     shown = rel(path)
@@ -71,9 +73,14 @@ def _load(path: Path, fmt: str, custom_objects: Mapping[str, Any] | None = None)
                 raise ModelError(f"{shown}: holds weights only (no model_config); save the whole model "
                                  "(model.save), not model.save_weights")
     try:
-        return keras.models.load_model(path, compile=False, custom_objects=dict(custom_objects or {}))
+        return keras.models.load_model(path, compile=False, custom_objects=dict(custom_objects or {}),
+                                       safe_mode=not trust_code)
     except (TypeError, ValueError) as exc:
         text = str(exc)
+        if "deserialization of a `Lambda` layer" in text and not trust_code:
+            raise ModelError(f"{shown}: the model has a Lambda layer whose Python function is stored in the file; "
+                             "loading it runs that code. Fix: set model.trust_code: true if you trust the model "
+                             "file, or replace the Lambda with a registered layer (model.custom_modules)") from None
         missing = ""
         if "Could not locate class" in text:
             missing = text.split("Could not locate class", 1)[1].split(".")[0].strip(" '")
@@ -156,14 +163,15 @@ def _layers(model: Any) -> tuple[Layer, ...]:
 
 def graph_from_keras(path: Path, *, batch_size: int, input_shapes: Mapping[str, tuple[int, ...]],
                      custom_modules: Sequence[str] = (), base_dir: Path | None = None,
-                     fmt: str = "keras", custom_objects: Mapping[str, str] | None = None) -> LoadedModel:
+                     fmt: str = "keras", custom_objects: Mapping[str, str] | None = None,
+                     trust_code: bool = False) -> LoadedModel:
     """Load ``path`` (a Keras 3 ``.keras`` or a legacy ``.h5``), pin its input shapes,
-    trace it with ``training=False`` and freeze it."""
+    trace it with ``training=False`` and freeze it. ``trust_code``: Lambda layers' stored functions load."""
     tf = import_tf()
     import keras
 
     import_custom_modules(custom_modules, base_dir or path.parent)
-    model = _load(path, fmt, custom_object_classes(custom_objects or {}, base_dir or path.parent))
+    model = _load(path, fmt, custom_object_classes(custom_objects or {}, base_dir or path.parent), trust_code)
     declared = _declared_inputs(model, path, input_shapes)
     in_names = [n for n, _, _ in declared]
     shapes = pin_shapes([(n, s) for n, s, _ in declared], batch_size=batch_size, input_shapes=input_shapes)

@@ -31,7 +31,7 @@ def _keras(cfg: ModelConfig, base_dir: Path) -> LoadedModel:
 
     return graph_from_keras(cfg.path, batch_size=cfg.batch_size, input_shapes=cfg.input_shapes,
                             custom_modules=cfg.custom_modules, custom_objects=cfg.custom_objects, base_dir=base_dir,
-                            fmt=cfg.resolved_format().value)
+                            fmt=cfg.resolved_format().value, trust_code=cfg.trust_code)
 
 
 def _savedmodel(cfg: ModelConfig, base_dir: Path) -> LoadedModel:

@@ -504,6 +504,43 @@ def test_a_dict_output_named_by_an_op_and_an_integer_class_output_build(tmp_path
     assert parity["outputs"]["cls"]["built"]["sqnr_db"] is None
 
 
+def test_a_lambda_layer_s_stored_code_runs_only_with_trust_code(tmp_path: Path) -> None:
+    """A Lambda's Python function is bytecode in the .keras file: a stranger's model could run anything. Without
+    model.trust_code the build refuses it before any of it exists (the function would write a file when
+    called: none is written), naming the fix; with it, the model builds and the .tflite computes the Lambda."""
+    import keras
+
+    marker = tmp_path / "ran.txt"
+    inp = keras.Input((7,), name="feat")
+    x = keras.layers.Dense(5, name="d")(inp)
+    # The marker's path a constant of the function's bytecode (a closure's variables would be serialized).
+    writes = eval(f"lambda t: t + float(__import__('pathlib').Path({str(marker)!r}).write_text('x'))")
+    hostile = keras.layers.Lambda(writes, output_shape=(5,), name="hostile")
+    keras.Model(inp, hostile(x)).save(tmp_path / "hostile.keras")
+    marker.unlink(missing_ok=True)  # whether Keras called it while making the model or not
+    x_cal = np.random.default_rng(6).normal(size=(16, 7)).astype(np.float32)
+    (tmp_path / "refused").mkdir()
+    (tmp_path / "trusted").mkdir()
+    with pytest.raises(ModelError) as err:
+        edgeconv.build(project(tmp_path / "refused", tmp_path / "hostile.keras", cal={"feat": x_cal}))
+    assert str(err.value) == (
+        "refused/hostile.keras: the model has a Lambda layer whose Python function is stored in the file; loading "
+        "it runs that code. Fix: set model.trust_code: true if you trust the model file, or replace the Lambda with "
+        "a registered layer (model.custom_modules)")
+    assert not marker.exists() and not (tmp_path / "refused" / "build").exists()
+
+    keras.utils.set_random_seed(6)
+    inp = keras.Input((7,), name="feat")
+    model = keras.Model(inp, keras.layers.Lambda(lambda t: t * 2.0 + 1.0, name="affine")(
+        keras.layers.Dense(5, name="d")(inp)))
+    model.save(tmp_path / "lam.keras")
+    result = edgeconv.build(project(tmp_path / "trusted", tmp_path / "lam.keras", "  trust_code: true\n",
+                                    cal={"feat": x_cal}))
+    want = model(x_cal[:1], training=False).numpy()
+    got = next(iter(models.run_tflite(result.tflite_path, {"feat": x_cal[:1]}).values()))
+    np.testing.assert_allclose(got, want, atol=0.05 * float(np.abs(want).max()))
+
+
 def test_an_error_raised_in_a_layer_s_call_is_named_with_its_message(tmp_path: Path) -> None:
     """TensorFlow wraps it ("in user code:", the stack), Keras too (the layer, the message, the arguments):
     the one line names the error, the layer and the message, without the terminal escapes."""
