@@ -217,8 +217,8 @@ class QuantizationConfig:
                               "calibrated), dynamic (int8 weights, float activations), float16, none (float32). "
                               "Every target must allow the mode.", default=QuantMode.INT8)
     input_type: IOType = setting("dtype of the model inputs in the .tflite; auto: int8 for int8, int16 for "
-                                 "int16x8, float32 otherwise. An input the model declares integer (ids: int32, "
-                                 "int64) keeps its dtype.", default=IOType.AUTO)
+                                 "int16x8, float32 otherwise. An input the model declares integer (raw uint8 "
+                                 "pixels, int32 ids) keeps its dtype.", default=IOType.AUTO)
     output_type: IOType = setting("dtype of the model outputs in the .tflite; auto as input_type. An output the "
                                   "model computes as integers (an argmax's class) keeps its dtype.",
                                   default=IOType.AUTO)

@@ -9,8 +9,8 @@ from .tflite_reader import TFLiteModel
 
 # What quantization.input_type / output_type can say (config.IOType, less auto): a fix names only these.
 IO_TYPES = ("int8", "uint8", "int16", "float32")
-# Source model dtypes the converter passes through unquantized (ids, indices, an argmax's class).
-INTEGER_DTYPES = frozenset({"int32", "int64"})
+# Source model dtypes the converter passes through unquantized (raw uint8 pixels, ids, an argmax's class).
+INTEGER_DTYPES = frozenset({"int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"})
 
 
 def check_io_types(model: TFLiteModel, input_type: str, output_type: str, int16_ops: bool = False,
@@ -18,7 +18,7 @@ def check_io_types(model: TFLiteModel, input_type: str, output_type: str, int16_
     """The .tflite must have the input/output types the report will claim. A model whose output the
     converter keeps float (an op with no quantized kernel feeds it) is a property of the model: a clear
     error naming the output, the op and the fix, not a crash. ``integers``: per ``"input"`` and
-    ``"output"``, the source model's tensors that hold integers (ids, indices, an argmax: name -> dtype),
+    ``"output"``, the source model's tensors that hold integers (raw pixels, ids, an argmax: name -> dtype),
     which no quantization changes: such a tensor keeps its dtype whatever ``input_type`` or ``output_type``
     says."""
     sg = model.main

@@ -504,6 +504,26 @@ def test_a_dict_output_named_by_an_op_and_an_integer_class_output_build(tmp_path
     assert parity["outputs"]["cls"]["built"]["sqnr_db"] is None
 
 
+def test_raw_uint8_pixels_stay_uint8_with_the_default_input_type(tmp_path: Path) -> None:
+    """A model that takes raw uint8 pixels and scales them itself: no quantization reaches an integer input,
+    so the .tflite takes uint8 whatever input_type says (auto wanted int8 and the build was refused, its fix
+    the setting that changes nothing). It builds, gated on its real photos like any model."""
+    import keras
+
+    keras.utils.set_random_seed(7)
+    inp = keras.Input((12, 10, 3), dtype="uint8", name="pixels")
+    x = keras.layers.Rescaling(1 / 255.0, name="scale")(keras.ops.cast(inp, "float32"))
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(keras.layers.Conv2D(4, 3, activation="relu", name="conv")(x))
+    model = keras.Model(inp, keras.layers.Dense(3, activation="softmax", name="probs")(x))
+    model.save(tmp_path / "u8.keras")
+    pixels = np.round(models.photos(16, 12, 10, seed=7) * 255).astype(np.uint8)
+    result = edgeconv.build(project(tmp_path, tmp_path / "u8.keras", cal={"pixels": pixels}, targets="arm-neon"))
+    assert [(i["signature_name"], i["dtype"]) for i in result.report["tflite"]["inputs"]] == [("pixels", "uint8")]
+    assert result.passed, result.report["gate"]["reasons"]
+    got = models.run_tflite(result.tflite_path, {"pixels": pixels[:1]})["probs"]
+    np.testing.assert_allclose(got, model(pixels[:1], training=False).numpy(), atol=2 / 256)
+
+
 def test_a_lambda_layer_s_stored_code_runs_only_with_trust_code(tmp_path: Path) -> None:
     """A Lambda's Python function is bytecode in the .keras file: a stranger's model could run anything. Without
     model.trust_code the build refuses it before any of it exists (the function would write a file when
