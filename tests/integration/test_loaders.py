@@ -506,8 +506,8 @@ def test_a_dict_output_named_by_an_op_and_an_integer_class_output_build(tmp_path
 
 def test_raw_uint8_pixels_stay_uint8_with_the_default_input_type(tmp_path: Path) -> None:
     """A model that takes raw uint8 pixels and scales them itself: no quantization reaches an integer input,
-    so the .tflite takes uint8 whatever input_type says (auto wanted int8 and the build was refused, its fix
-    the setting that changes nothing). It builds, gated on its real photos like any model."""
+    so the .tflite takes uint8 whatever input_type says (auto wanted int8 and the build was refused until
+    input_type said uint8). It builds, gated on its real photos like any model."""
     import keras
 
     keras.utils.set_random_seed(7)
