@@ -280,8 +280,9 @@ class VerifyConfig:
         "model's), index (integers that must match exactly: an argmax's class, a segmentation map, ids: the share "
         "of values equal to the source model's is its top-1 agreement, no SQNR) or regression (offsets, "
         "landmarks, embeddings: SQNR, cosine and max error only). Default: "
-        "classification for an output of class scores (one vector per sample of non-negative values summing to "
-        "1, or the output the evaluation labels score), binary for one "
+        "classification for an output of class scores (vectors along its last axis of non-negative values "
+        "summing to 1: one per sample, or one per pixel of a segmentation map, whose top-1 agreement is then "
+        "the share of pixels; or the output the evaluation labels score), binary for one "
         "value per sample in [0, 1] that 0/1 labels score, index for an output the source model gives as "
         "integers, regression otherwise.", factory=dict,
         parse=_parse_output_kinds,

@@ -33,9 +33,10 @@ class _Accumulator:
     signal: float = 0.0
     noise: float = 0.0
     cosine_sum: float = 0.0
-    agree: int = 0
+    agree: int = 0  # class vectors (along the last axis) whose top-1 class is the reference's
+    vectors: int = 0  # class vectors seen: one per sample, or one per pixel of a segmentation map
     reference_max: float = 0.0  # largest |value| of the reference output: the scale rounding errors grow with
-    scores: bool = True  # every reference row so far is a vector of class probabilities
+    scores: bool = True  # every reference vector so far (the last axis) holds class probabilities
     probabilities: bool = True  # every reference value so far lies in [0, 1] (sigmoid units)
     decided: int = 0  # values whose decision at 0.5 (value >= 0.5) is the reference's
     boxes: bool = False  # the output holds corner boxes: their IoU with the reference's is measured
@@ -46,6 +47,11 @@ class _Accumulator:
 
     def add(self, want: np.ndarray, got: np.ndarray) -> None:
         self.integers = self.integers and np.issubdtype(want.dtype, np.integer)
+        # Class vectors along the last axis: one per sample (N, classes), or one per position (a segmentation
+        # map's N, H, W, classes; a sequence's N, T, classes).
+        classes = want.shape[-1] if want.ndim >= 2 else 1
+        want_vectors = want.astype(np.float64).reshape(-1, classes)
+        got_vectors = got.astype(np.float64).reshape(-1, classes)
         want = want.astype(np.float64).reshape(want.shape[0], -1)
         got = got.astype(np.float64).reshape(got.shape[0], -1)
         diff = np.abs(want - got)
@@ -54,8 +60,8 @@ class _Accumulator:
         self.max_abs = max(self.max_abs, float(diff.max()))
         self.reference_max = max(self.reference_max, float(np.abs(want).max()))
         # Class probabilities: non-negative, summing to 1 (within what an int8 softmax's rounding leaves).
-        self.scores = self.scores and want.shape[1] > 1 and bool(
-            np.all(want >= -1e-6) and np.all(np.abs(want.sum(1) - 1.0) < 0.05))
+        self.scores = self.scores and classes > 1 and bool(
+            np.all(want_vectors >= -1e-6) and np.all(np.abs(want_vectors.sum(1) - 1.0) < 0.05))
         self.probabilities = self.probabilities and bool(np.all((want >= 0.0) & (want <= 1.0)))
         self.decided += int(np.sum((want >= 0.5) == (got >= 0.5)))
         self.equal += int(np.count_nonzero(diff == 0))
@@ -67,15 +73,17 @@ class _Accumulator:
         equal = np.all(want == got, axis=1)  # two zero rows agree perfectly; one zero row not at all
         cosine = np.where(norms > 0, dots / np.where(norms > 0, norms, 1.0), equal.astype(np.float64))
         self.cosine_sum += float(cosine.sum())
-        if want.shape[1] > 1:
-            self.agree += int(np.sum(want.argmax(1) == got.argmax(1)))
+        if classes > 1:
+            self.agree += int(np.sum(want_vectors.argmax(1) == got_vectors.argmax(1)))
+            self.vectors += want_vectors.shape[0]
         if self.boxes and want.shape[1] % 4 == 0:
             ious = box_iou(want.reshape(-1, 4), got.reshape(-1, 4))
             self.iou_sum += float(ious.sum())
             self.box_count += ious.size
 
     def result(self, kind: str) -> rm.OutputParity:
-        """The comparison; ``top1_agreement`` by the output's kind: the top-1 class (classification), the
+        """The comparison; ``top1_agreement`` by the output's kind: the top-1 class (classification: of each
+        sample, or of each pixel of a segmentation map), the
         decision at 0.5 (binary: the top-1 of [1 - p, p]; multilabel: each tag's, averaged), the values equal
         to the reference's (index: class indices, a segmentation map, ids; its SQNR would weigh a wrong class
         by how far its number is: null), none (regression)."""
@@ -83,7 +91,7 @@ class _Accumulator:
         sqnr = 10 * math.log10(self.signal / self.noise) if self.noise > 0 and self.signal > 0 else None
         if kind == "index":
             sqnr = None
-        top1 = (self.agree / max(self.samples, 1) if kind == "classification" else
+        top1 = (self.agree / max(self.vectors, 1) if kind == "classification" else
                 self.decided / max(self.n, 1) if kind in ("binary", "multilabel") else
                 self.equal / max(self.n, 1) if kind == "index" else None)
         out: rm.OutputParity = {"max_abs_error": self.max_abs, "mean_abs_error": self.sum_abs / max(self.n, 1),
@@ -168,7 +176,7 @@ def measure(reference: Run, candidates: Mapping[str, Run], batches: Iterable[dic
             return "binary"
         if first is not None and acc[first][o].integers:
             return "index"
-        looks = is_classifier(shape) and first is not None and acc[first][o].scores
+        looks = len(shape) >= 2 and shape[-1] > 1 and first is not None and acc[first][o].scores
         return "classification" if looks or (labels is not None and o == scored) else "regression"
 
     found = {o: kind(o, s) for o, s in output_shapes.items()}

@@ -329,6 +329,30 @@ def test_a_fix_names_only_a_setting_the_pipeline_allows() -> None:
         "does not quantize there. Fix: give the model's input 'ids' a float or int8 dtype")
 
 
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    e = np.exp(logits - logits.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+# A segmentation model's per-pixel class probabilities: 4 samples of 3 x 2 pixels, 5 classes.
+PIXELS = _softmax(np.random.default_rng(9).normal(size=(4, 3, 2, 5)) * 3)
+
+
+def test_a_segmentation_map_s_classes_are_compared_pixel_by_pixel() -> None:
+    """Class probabilities along the last axis of a map: a classification, its top-1 agreement the share of
+    pixels whose top class is the source model's (an argmax over the whole flattened map meant nothing)."""
+    flipped = PIXELS.copy()
+    changed = [(0, 0, 1), (2, 1, 0), (3, 2, 1)]
+    for n, h, w in changed:  # the top class swapped with the lowest: those pixels disagree
+        top, low = PIXELS[n, h, w].argmax(), PIXELS[n, h, w].argmin()
+        flipped[n, h, w, [top, low]] = PIXELS[n, h, w, [low, top]]
+    result = _measure(PIXELS, flipped)
+    assert result["kinds"] == {"y": "classification"}
+    assert result["outputs"]["y"]["built"]["top1_agreement"] == (24 - len(changed)) / 24
+    logits = np.log(PIXELS) + 2.0  # the same map's logits: not probabilities, a regression
+    assert _measure(logits, np.log(flipped) + 2.0)["kinds"] == {"y": "regression"}
+
+
 # An argmax's class per sample (int32), and a segmentation map's (int64): the built model changes 1 of 8
 # classes and 3 of 24 pixels.
 CLASSES = np.array([[3], [0], [4], [4], [1], [2], [0], [3]], np.int32)
