@@ -263,3 +263,34 @@ def test_memory_gates(example: dict[str, Any], capsys: pytest.CaptureFixture[str
     out = capsys.readouterr().out
     assert f"  - estimated tensor arena {memory['arena_bytes']:,} bytes > gates.max_arena_bytes 4,096" in out
     assert f"  - model size {memory['flash_bytes']:,} bytes > gates.max_flash_bytes 30,000" in out
+
+
+def test_a_segmentation_map_is_gated_on_the_share_of_pixels_that_keep_their_class(tmp_path: Path) -> None:
+    """A per-pixel softmax (random weights: near-even classes, which the int8 softmax's fixed 1/256 step
+    reorders): parity compares each pixel's top class, and that share is what the report and the gate say (it
+    was a regression gated by SQNR alone, which passed). The share is computed here from both models."""
+    import keras
+
+    keras.utils.set_random_seed(8)
+    inp = keras.Input((14, 12, 3), name="image")
+    x = keras.layers.Conv2D(6, 3, padding="same", activation="relu", name="enc")(inp)
+    model = keras.Model(inp, keras.layers.Conv2D(4, 1, activation="softmax", name="mask")(x))
+    kernel, bias = model.get_layer("mask").get_weights()
+    model.get_layer("mask").set_weights([kernel * 0.1, bias])  # near-even classes, as an untrained head gives
+    model.save(tmp_path / "seg.keras")
+    images = models.photos(40, 14, 12, seed=8)
+    np.savez(tmp_path / "cal.npz", image=images[:32])
+    np.savez(tmp_path / "eval.npz", image=images[32:])
+    (tmp_path / "p.yaml").write_text("version: 1\nmodel: {path: seg.keras}\ncalibration: {path: cal.npz, samples: 32}\n"
+                                     "evaluation: {path: eval.npz}\ntargets: [generic-int8]\n")
+    code = main(["build", str(tmp_path / "p.yaml"), "-q"])
+    report = json.loads((tmp_path / "build" / "seg" / "report.json").read_text())
+    built = np.concatenate([next(iter(models.run_tflite(tmp_path / "build" / "seg" / "seg.tflite",
+                                                        {"image": images[i:i + 1]}).values())) for i in range(32, 40)])
+    share = float(np.mean(built.argmax(-1) == model(images[32:], training=False).numpy().argmax(-1)))
+    m = report["parity"]["outputs"]["mask"]["built"]
+    assert report["parity"]["kinds"] == {"mask": "classification"}
+    assert m["top1_agreement"] == pytest.approx(share)
+    (check,) = [c for c in report["gate"]["checks"] if c["id"] == "agreement.top1.mask"]
+    assert (check["outcome"] == "pass") is (share >= 0.9) and code == (0 if share >= 0.9 else 1)
+    assert share < 0.9 and m["sqnr_db"] > 20  # what this model shows: the SQNR gate alone passed it
