@@ -24,26 +24,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from edgeconv.converters.freeze import _constants_v2
-
-IMPORT_ATTRIBUTES = ("_has_manual_control_dependencies", "_user_specified_name")
+from tests.integration.test_freeze import _nodes  # the attributes the import adds or drops left out
 
 
 def _whole(cf: Any) -> Any:
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
     return convert_variables_to_constants_v2(cf, lower_control_flow=False).graph.as_graph_def()
-
-
-def _nodes(graph_def: Any) -> dict[str, bytes]:
-    out = {}
-    for node in graph_def.node:
-        copy = type(node)()
-        copy.CopyFrom(node)
-        for key in IMPORT_ATTRIBUTES:
-            if key in copy.attr:
-                del copy.attr[key]
-        out[node.name] = copy.SerializeToString(deterministic=True)
-    return out
 
 
 def main() -> None:
