@@ -284,7 +284,8 @@ class VerifyConfig:
         "summing to 1: one per sample, or one per pixel of a segmentation map, whose top-1 agreement is then "
         "the share of pixels; or the output the evaluation labels score), binary for one "
         "value per sample in [0, 1] that 0/1 labels score, index for an output the source model gives as "
-        "integers, regression otherwise.", factory=dict,
+        "integers (with one value per sample, the labels score it: its value is the class), regression "
+        "otherwise.", factory=dict,
         parse=_parse_output_kinds,
         json_schema=lambda: {"type": "object", "additionalProperties": {"enum": list(OUTPUT_KINDS)}})
     suggest_keep_float: bool = setting(

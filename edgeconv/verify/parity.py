@@ -125,10 +125,13 @@ def is_unit(shape: tuple[int, ...]) -> bool:
     return math.prod(shape[1:]) == 1
 
 
-def _predicted(values: np.ndarray, size: int, binary: bool) -> np.ndarray:
-    """The class each sample is given: the top-1 class, or for one sigmoid unit the decision at 0.5."""
+def _predicted(values: np.ndarray, size: int, how: str) -> np.ndarray:
+    """The class each sample is given: the top-1 class (``argmax``), for one sigmoid unit the decision at 0.5
+    (``binary``), for an index output its value (``value``)."""
     rows = values.reshape(size, -1)
-    return (rows[:, 0] >= 0.5).astype(np.int64) if binary else rows.argmax(1)
+    if how == "binary":
+        return (rows[:, 0] >= 0.5).astype(np.int64)
+    return rows[:, 0] if how == "value" else rows.argmax(1)
 
 
 def measure(reference: Run, candidates: Mapping[str, Run], batches: Iterable[dict[str, np.ndarray]],
@@ -138,7 +141,8 @@ def measure(reference: Run, candidates: Mapping[str, Run], batches: Iterable[dic
     each output's kind (classification, binary, multilabel, regression, boxes, index); an output not named
     is classification when it holds class probabilities, binary when it is one value per sample in [0, 1]
     that 0/1 labels score, index when the source model gives integers, regression otherwise. The labels
-    score the first classification output, else a binary one (the decision at 0.5)."""
+    score the first classification output, else a binary one (the decision at 0.5), else an index output of
+    one value per sample (an argmax's class: its value)."""
     kinds = kinds or {}
     acc = {c: {o: _Accumulator(boxes=kinds.get(o) == "boxes") for o in output_shapes} for c in candidates}
     declared = [o for o in output_shapes if kinds.get(o) == "classification"]
@@ -149,33 +153,39 @@ def measure(reference: Run, candidates: Mapping[str, Run], batches: Iterable[dic
     binary_labels = labels is not None and bool(np.all((labels == 0) | (labels == 1)))
     unit = None if scored is not None or not binary_labels else next(
         (o for o, s in output_shapes.items() if is_unit(s) and kinds.get(o, "binary") == "binary"), None)
-    hits = {o: {c: 0 for c in ("source", *candidates)} for o in (scored, unit) if o is not None}
+    # One value per sample that may turn out to be a class index (known once the source model has given it)
+    index = None if scored is not None or labels is None else next(
+        (o for o, s in output_shapes.items() if is_unit(s) and kinds.get(o, "index") == "index" and o != unit), None)
+    how = {scored: "argmax", unit: "binary", index: "value"}
+    hits = {o: {c: 0 for c in ("source", *candidates)} for o in (scored, unit, index) if o is not None}
     seen = 0
     for feeds in batches:
         want = reference(feeds)
         size = next(iter(want.values())).shape[0]
         truth = labels[seen:seen + size] if labels is not None else None
         for o in hits if truth is not None else ():
-            hits[o]["source"] += int(np.sum(_predicted(want[o], size, o == unit) == truth))
+            hits[o]["source"] += int(np.sum(_predicted(want[o], size, how[o]) == truth))
         for c, run in candidates.items():
             got = run(feeds)
             for o in output_shapes:
                 acc[c][o].add(want[o], got[o])
             for o in hits if truth is not None else ():
-                hits[o][c] += int(np.sum(_predicted(got[o], size, o == unit) == truth))
+                hits[o][c] += int(np.sum(_predicted(got[o], size, how[o]) == truth))
         seen += size
     first = next(iter(candidates), None)
     if unit is not None and kinds.get(unit) != "binary" and (first is None or not acc[first][unit].probabilities):
         unit = None  # one value per sample, but not a probability: a regression the labels cannot score
-    scored = scored if scored is not None else unit
+    if index is not None and kinds.get(index) != "index" and (first is None or not acc[first][index].integers):
+        index = None  # one value per sample, but not integers: a regression the labels cannot score
+    scored = scored if scored is not None else unit if unit is not None else index
 
     def kind(o: str, shape: tuple[int, ...]) -> str:
         if o in kinds:
             return kinds[o]
-        if o == unit:
-            return "binary"
         if first is not None and acc[first][o].integers:
             return "index"
+        if o == unit:
+            return "binary"
         looks = len(shape) >= 2 and shape[-1] > 1 and first is not None and acc[first][o].scores
         return "classification" if looks or (labels is not None and o == scored) else "regression"
 

@@ -294,3 +294,37 @@ def test_a_segmentation_map_is_gated_on_the_share_of_pixels_that_keep_their_clas
     (check,) = [c for c in report["gate"]["checks"] if c["id"] == "agreement.top1.mask"]
     assert (check["outcome"] == "pass") is (share >= 0.9) and code == (0 if share >= 0.9 else 1)
     assert share < 0.9 and m["sqnr_db"] > 20  # what this model shows: the SQNR gate alone passed it
+
+
+def test_the_labels_score_a_model_that_outputs_its_class(tmp_path: Path) -> None:
+    """An argmax inside the model (its output is the class, int32): the evaluation labels score it, so the
+    report has its accuracy and the accuracy gate applies (they were left unused: a warning, no accuracy).
+    Both accuracies are computed here from the two models."""
+    import keras
+
+    layers = models.write_custom_layers(tmp_path, "class_out")
+    keras.utils.set_random_seed(9)
+    inp = keras.Input((6,), name="feat")
+    model = keras.Model(inp, layers.ClassOf(name="cls")(keras.layers.Dense(4, name="logits")(inp)))
+    model.save(tmp_path / "cls.keras")
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(60, 6)).astype(np.float32)
+    truth = np.asarray(model(x, training=False))
+    labels = np.where(rng.random(60) < 0.8, truth, (truth + 1) % 4).astype(np.int64)  # the float model: ~80 %
+    np.savez(tmp_path / "cal.npz", feat=x[:40])
+    np.savez(tmp_path / "eval.npz", feat=x[40:], label=labels[40:])
+    (tmp_path / "p.yaml").write_text(
+        "version: 1\nmodel: {path: cls.keras, custom_modules: [class_out], trust_code: true}\n"
+        "calibration: {path: cal.npz, samples: 40}\nevaluation: {path: eval.npz, labels: label}\n"
+        "targets: [arm-neon]\n")
+    main(["build", str(tmp_path / "p.yaml"), "-q"])
+    report = json.loads((tmp_path / "build" / "cls" / "report.json").read_text())
+    built = np.array([models.run_tflite(tmp_path / "build" / "cls" / "cls.tflite", {"feat": x[i:i + 1]})["cls"][0]
+                      for i in range(40, 60)])
+    accuracy = report["parity"]["accuracy"]
+    assert report["parity"]["kinds"] == {"cls": "index"}
+    assert (accuracy["output"], accuracy["source"], accuracy["built"]) == (
+        "cls", pytest.approx(float(np.mean(truth[40:] == labels[40:]))), pytest.approx(float(np.mean(built ==
+                                                                                                     labels[40:]))))
+    assert "accuracy.drop" in {c["id"] for c in report["gate"]["checks"]}
+    assert "accuracy.labels_unused" not in {c["id"] for c in report["gate"]["checks"]}

@@ -387,6 +387,33 @@ def test_an_output_of_integers_is_compared_value_by_value(reference: np.ndarray,
             "evaluation samples)"))
 
 
+@pytest.mark.parametrize(("reference", "built", "labels", "kinds", "accuracy", "kind"), [
+    # An argmax's class scored by the labels: 6 of 8 right in float, 5 built (sample 5 changed to class 0).
+    (CLASSES, CHANGED, np.array([3, 0, 4, 1, 1, 2, 2, 3]), None, (6 / 8, 5 / 8), "index"),
+    # Two classes, 0/1 labels: a binary head's decision is its value; the kind says it is an index.
+    (CLASSES % 2, np.array([[0], [0], [0], [0], [1], [0], [0], [1]], np.int32), np.array([1, 0, 0, 0, 1, 1, 0, 1]),
+     None, (7 / 8, 6 / 8), "index"),
+    # Integral values in a float output: not known to be classes, so the labels score nothing.
+    (CLASSES.astype(np.float32), CHANGED.astype(np.float32), np.array([3, 0, 4, 1, 1, 2, 2, 3]), None, None,
+     "regression"),
+    # ... unless declared.
+    (CLASSES.astype(np.float32), CHANGED.astype(np.float32), np.array([3, 0, 4, 1, 1, 2, 2, 3]), {"y": "index"},
+     (6 / 8, 5 / 8), "index"),
+])
+def test_labels_score_an_output_that_gives_the_class_itself(reference: np.ndarray, built: np.ndarray,
+                                                            labels: np.ndarray, kinds: dict[str, str] | None,
+                                                            accuracy: tuple[float, float] | None, kind: str) -> None:
+    """A model that outputs its class (an argmax inside): the labels compare with the value itself, so the
+    accuracy gate works for it (the labels were left unused, a warning)."""
+    result = _measure(reference, built, kinds, labels)
+    assert result["kinds"] == {"y": kind}
+    if accuracy is None:
+        assert result["accuracy"] is None
+    else:
+        acc = result["accuracy"]
+        assert (acc["output"], acc["source"], acc["built"]) == ("y", *accuracy)
+
+
 # One sigmoid unit: 8 samples, 5 of them label 1. The reference calls 7 of 8 right (4 of them 1); the built model
 # collapses to "0" for every sample (the decision at 0.5), as an INT8 input that erased its features does.
 SIGMOID = np.array([[0.9], [0.8], [0.3], [0.7], [0.6], [0.2], [0.1], [0.4]])
