@@ -37,7 +37,8 @@ def freeze_concrete_function(cf: Any, layers: list[str]) -> Any:
 def _constants_v2(cf: Any) -> Any:
     """What ``convert_variables_to_constants_v2(cf, lower_control_flow=False).graph.as_graph_def()`` gives,
     without its last step: that imports the frozen GraphDef into a new concrete function, pruned to what the
-    outputs need, only for us to export it straight back (0.75 s of CPU for MobileNetV2, 2.7 s for ResNet50).
+    outputs need, only for us to export it straight back (0.75 s of CPU for MobileNetV2, 2.5 s for ResNet50:
+    scripts/bench_freeze.py).
     Its first steps replace the variables (TensorFlow's own ``_replace_variables_by_constants``); the pruning
     is :func:`_needed`. The GraphDefs differ only in attributes that the import adds or drops (a read's
     ``_has_manual_control_dependencies``, an input's ``_user_specified_name``) and in node order; the built
