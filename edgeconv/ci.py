@@ -132,8 +132,20 @@ def junit_xml(outcomes: Sequence[Outcome]) -> str:
     suites.set("failures", str(failed))
     suites.set("errors", str(errors))
     suites.set("time", f"{sum(o.seconds for o in outcomes):.3f}")
+    for element in suites.iter():  # a model's or a data file's text can hold what XML 1.0 cannot
+        element.text = _xml_text(element.text) if element.text else element.text
+        element.attrib.update({k: _xml_text(v) for k, v in element.attrib.items()})
     ET.indent(suites)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _xml_text(text: str) -> str:
+    """``text`` with the characters XML 1.0 does not allow (control characters other than tab and newline)
+    replaced by U+FFFD: ElementTree writes them as they are, and a JUnit reader refuses the whole file."""
+    return _NOT_XML.sub("\ufffd", text)
 
 
 def _why(report: rm.Report) -> list[str]:

@@ -210,3 +210,20 @@ def test_a_repair_that_changes_the_interface_is_a_warning_said_in_every_output()
     outcome = Outcome(Path("p.yaml"), 0, 1.0, body)
     assert f"- `p.yaml` (m): {summary}" in summary_markdown([outcome]).splitlines()
     assert any(line.startswith("::warning") and line.endswith(summary) for line in workflow_commands([outcome]))
+
+
+def test_junit_stays_valid_xml_when_a_check_quotes_control_characters() -> None:
+    """A sentence can quote what a model or data file holds (a tensor name with a terminal escape, a form feed):
+    XML 1.0 allows none of those, ElementTree writes them as they are, and a JUnit reader then refuses the
+    whole file. They are written as U+FFFD; the verdict (failures, the message's words) is unchanged."""
+    hostile = Check("agreement.sqnr_db.o\x1b[31m", Kind.AGREEMENT, verdict.Outcome.FAIL,
+                    "output 'o\x1b[31m\x0c\x00': SQNR 6.1 dB < gates.min_sqnr_db 20 (on the evaluation samples)",
+                    6.1, 20.0)
+    body = report([*PASSING, hostile])
+    root = ET.fromstring(junit_xml([Outcome(Path("p.yaml"), 1, 1.0, body)]))
+    (failure,) = list(root.iter("failure"))
+    assert root.get("failures") == "1"
+    assert failure.get("message") == ("output 'o\ufffd[31m\ufffd\ufffd': SQNR 6.1 dB < gates.min_sqnr_db 20 (on the "
+                                      "evaluation samples)")
+    assert [c.get("name") for c in root.iter("testcase") if c.find("failure") is not None] == [
+        "agreement.sqnr_db.o\ufffd[31m"]
