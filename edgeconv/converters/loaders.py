@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from .._log import get_logger
 from ..config import ModelConfig, ModelFormat
-from ..errors import ConfigError, did_you_mean, rel
+from ..errors import ConfigError, ModelError, did_you_mean, rel
 from .model import LoadedModel
 
 if TYPE_CHECKING:
@@ -70,6 +70,12 @@ def load_stage(model: ModelConfig, named_outputs: Mapping[str, Collection[str]],
     log.info("loading %s (%s) in inference mode", rel(model.path), model.resolved_format().value)
     start_worker(worker, progress)
     loaded = load_model(model, pipeline.parent)
+    odd = [(which, spec.name) for which, specs in (("input", loaded.graph.inputs), ("output", loaded.graph.outputs))
+           for spec in specs if not spec.name.isprintable()]
+    if odd:  # they would reach the console, report.md, JUnit and the annotations as they are
+        raise ModelError("; ".join(
+            f"{rel(model.path)}: model {which} name {name!r} holds a character that is not printable (a newline, a "
+            f"terminal escape). Fix: rename the {which}" for which, name in odd))
     outputs = [o.name for o in loaded.graph.outputs]
     unknown = [(key, name) for key, names in named_outputs.items() for name in sorted(set(names) - set(outputs))]
     if unknown:

@@ -561,6 +561,24 @@ def test_a_lambda_layer_s_stored_code_runs_only_with_trust_code(tmp_path: Path) 
     np.testing.assert_allclose(got, want, atol=0.05 * float(np.abs(want).max()))
 
 
+def test_a_model_output_name_with_a_terminal_escape_is_refused_before_any_data_is_read(tmp_path: Path) -> None:
+    """A model's output names are the model's (a pull request's) to choose: a dict key with a newline and a
+    terminal escape reached the console, report.md's tables (a broken row) and JUnit (invalid XML). Exit 2
+    naming it, nothing written."""
+    import keras
+
+    inp = keras.Input((7,), name="feat")
+    x = keras.layers.Dense(5, name="d")(inp)
+    keras.Model(inp, {"evil\x1b[31m\nline": keras.ops.softmax(x), "raw": x}).save(tmp_path / "m.keras")
+    pipeline = project(tmp_path, tmp_path / "m.keras", cal={"feat": np.ones((16, 7), np.float32)})
+    assert main(["build", str(pipeline), "-q"]) == 2
+    with pytest.raises(ModelError) as err:
+        edgeconv.build(pipeline)
+    assert str(err.value) == ("m.keras: model output name 'evil\\x1b[31m\\nline' holds a character that is not "
+                              "printable (a newline, a terminal escape). Fix: rename the output")
+    assert not (tmp_path / "build").exists()
+
+
 def test_an_error_raised_in_a_layer_s_call_is_named_with_its_message(tmp_path: Path) -> None:
     """TensorFlow wraps it ("in user code:", the stack), Keras too (the layer, the message, the arguments):
     the one line names the error, the layer and the message, without the terminal escapes."""
