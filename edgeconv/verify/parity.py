@@ -50,10 +50,9 @@ class _Accumulator:
         # Class vectors along the last axis: one per sample (N, classes), or one per position (a segmentation
         # map's N, H, W, classes; a sequence's N, T, classes).
         classes = want.shape[-1] if want.ndim >= 2 else 1
-        want_vectors = want.astype(np.float64).reshape(-1, classes)
-        got_vectors = got.astype(np.float64).reshape(-1, classes)
-        want = want.astype(np.float64).reshape(want.shape[0], -1)
-        got = got.astype(np.float64).reshape(got.shape[0], -1)
+        want, got = want.astype(np.float64), got.astype(np.float64)
+        want_vectors, got_vectors = want.reshape(-1, classes), got.reshape(-1, classes)
+        want, got = want.reshape(want.shape[0], -1), got.reshape(got.shape[0], -1)
         diff = np.abs(want - got)
         self.n += diff.size
         self.samples += want.shape[0]
