@@ -577,6 +577,15 @@ def test_a_model_output_name_with_a_terminal_escape_is_refused_before_any_data_i
     assert str(err.value) == ("m.keras: model output name 'evil\\x1b[31m\\nline' holds a character that is not "
                               "printable (a newline, a terminal escape). Fix: rename the output")
     assert not (tmp_path / "build").exists()
+    # A layer's name (Keras takes any) never gets that far: TensorFlow refuses it as a scope name while tracing,
+    # and the line says so without the bell.
+    inp = keras.Input((7,), name="feat")
+    keras.Model(inp, keras.layers.Dense(5, name="d\x07ing")(inp)).save(tmp_path / "layer.keras")
+    with pytest.raises(ModelError) as err:
+        edgeconv.build(project(tmp_path, tmp_path / "layer.keras", cal={"feat": np.ones((16, 7), np.float32)}))
+    assert str(err.value).startswith("layer.keras: tracing the model with training=False failed: ValueError in "
+                                     "Functional.call(): 'd ing' is not a valid scope name.")
+    assert not (tmp_path / "build").exists()
 
 
 def test_an_error_raised_in_a_layer_s_call_is_named_with_its_message(tmp_path: Path) -> None:
