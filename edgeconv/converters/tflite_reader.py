@@ -264,8 +264,15 @@ def parse_tflite(data: bytes, shown: str = "<bytes>") -> TFLiteModel:
                              f"({type(exc).__name__}: {exc})") from None
 
 
-def _text(raw: bytes | None) -> str:
-    return raw.decode("utf-8", "replace") if raw else ""
+def _text(raw: bytes | None, *, lines: bool = False) -> str:
+    """A string of the file: a name (of a tensor, an op's custom code, a signature), or with ``lines`` the
+    model's description. A .tflite is a pull request's to write: a character that is not printable (a newline, a
+    terminal escape; in a description, any but a newline or tab) becomes U+FFFD here, once for every output that
+    shows the names (the console, report.md's tables, JUnit, the annotations)."""
+    text = raw.decode("utf-8", "replace") if raw else ""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or (lines and c in "\n\t") else "\ufffd" for c in text)
 
 
 _U32 = struct.Struct("<I")
@@ -389,8 +396,8 @@ def _parse(data: bytes, shown: str) -> TFLiteModel:
         signatures.append(Signature(_text(sig.string("signature_key")), sg_index, maps[0], maps[1]))
     metadata = tuple(_text(m.string("name")) for m in model.tables("metadata", "Metadata"))
     return TFLiteModel(shown, hashlib.sha256(data).hexdigest(), len(data), int(model.scalar("version")),
-                       _text(model.string("description")), subgraphs, tuple(signatures), metadata, tuple(buffers),
-                       data)
+                       _text(model.string("description"), lines=True), subgraphs, tuple(signatures), metadata,
+                       tuple(buffers), data)
 
 
 class _Checker:

@@ -310,3 +310,36 @@ def test_a_string_that_runs_past_the_end_is_refused_not_cut() -> None:
     with pytest.raises(ModelFileError, match=r"^m\.tflite: corrupt or truncated TFLite flatbuffer \(ValueError: string "
                        r"'name' runs past the end of the file\)$"):
         parse_tflite(broken, "m.tflite")
+
+
+def _renamed(tflite: bytes, old: str, new: str) -> bytes:
+    """``tflite`` with a string of the same length replaced in place (the flatbuffer stays valid)."""
+    assert len(old.encode()) == len(new.encode()) and tflite.count(old.encode()) >= 1
+    return tflite.replace(old.encode(), new.encode())
+
+
+def test_a_name_with_control_characters_reaches_no_output_as_it_is(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A .tflite is a pull request's to write: a tensor name holding a terminal escape and a newline is read
+    with U+FFFD in their place (the reader is where every output gets its names: `check`'s text, Markdown and
+    JSON quote them in the rules' details)."""
+    from edgeconv.cli import main
+
+    data = _renamed((DATA / "dense.float32.tflite").read_bytes(), "Identity", "Id\x1b[2J\nt")
+    path = tmp_path / "hostile.tflite"
+    path.write_bytes(data)
+    assert [t.name for t in parse_tflite(data, "m").main.tensors] == ["x", "MatMul", "add", "Id\ufffd[2J\ufffdt"]
+    for fmt in ("text", "md", "json"):
+        assert main(["check", str(path), "--format", fmt]) == 1
+        shown = capsys.readouterr().out.replace("\\ufffd", "\ufffd")  # JSON writes it escaped
+        assert "\x1b" not in shown
+        # the text output gives the model-wide cause instead of each op's details
+        assert ("output 0 'Id\ufffd[2J\ufffdt' is float32" in shown) is (fmt != "text")
+
+
+def test_a_description_keeps_its_lines() -> None:
+    from edgeconv.converters.tflite_reader import _text
+
+    assert _text(b"two\nlines\tand a \x07bell", lines=True) == "two\nlines\tand a \ufffdbell"
+    assert _text(b"a\nname") == "a\ufffdname"
+    assert _text(None) == ""
