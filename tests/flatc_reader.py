@@ -36,8 +36,11 @@ PADDINGS = _names(schema.Padding)
 WEIGHTS_FORMATS = _names(schema.FullyConnectedOptionsWeightsFormat)
 
 
-def _text(raw: bytes | None) -> str:
-    return raw.decode("utf-8", "replace") if raw else ""
+def _text(raw: bytes | None, kept: str = "") -> str:
+    """A string as edgeconv reads one: UTF-8, and a character that is not printable (``kept`` aside: a
+    description's newline and tab) written as U+FFFD."""
+    text = raw.decode("utf-8", "replace") if raw else ""
+    return "".join(c if c.isprintable() or c in kept else "\ufffd" for c in text)
 
 
 def _ints(length: int, as_numpy: Any) -> tuple[int, ...]:
@@ -73,7 +76,7 @@ def parse(data: bytes, shown: str = "<bytes>") -> TFLiteModel:
         signatures.append(Signature(_text(sig.SignatureKey()), int(sig.SubgraphIndex()), maps[0], maps[1]))
     metadata = tuple(_text(model.Metadata(i).Name()) for i in range(model.MetadataLength()))
     return TFLiteModel(shown, hashlib.sha256(data).hexdigest(), len(data), int(model.Version()),
-                       _text(model.Description()), subgraphs, tuple(signatures), metadata, tuple(buffers), data)
+                       _text(model.Description(), "\n\t"), subgraphs, tuple(signatures), metadata, tuple(buffers), data)
 
 
 def _subgraph(model: Any, s: int, opcodes: list[tuple[str, int, str | None]], sizes: list[int]) -> SubgraphInfo:
