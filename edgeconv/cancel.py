@@ -9,15 +9,15 @@ build asked to stop never goes on to replace the last good release.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
-import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()  # threading's Lock, without importing threading (1.2 ms of `check`)
 _requested: type[BaseException] | None = None
 _deferred = 0
 

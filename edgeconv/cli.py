@@ -12,7 +12,6 @@ import gc
 import json
 import os
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -75,10 +74,11 @@ def _parse_and_main(argv: Sequence[str] | None) -> int:
 def _signals_and_main(args: argparse.Namespace) -> int:
     import signal
 
-    if threading.current_thread() is not threading.main_thread():
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread (a host program's worker): its signals are the host's
         return _main(args)
     cancel.clear()
-    previous = signal.signal(signal.SIGTERM, _terminate)
     # Ctrl-C as Python does it, unless it is ignored (a job started in the background) or handled by a host.
     interrupt = signal.getsignal(signal.SIGINT)
     if interrupt is signal.default_int_handler:

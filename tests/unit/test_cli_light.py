@@ -368,14 +368,32 @@ def test_a_pipeline_path_is_never_rich_markup(monkeypatch: pytest.MonkeyPatch, t
 def test_check_imports_no_build_stage(argv: list[str], code: int) -> None:
     """`check` is a CI step of its own: the pipeline, its schema, the calibration, the passes and the cache
     are not part of it (issue 38; `scripts/bench_check.py` measures it against reading the op list alone), nor
-    are logging (nothing is logged without -v; edgeconv._log) and shutil (argparse's help width;
-    edgeconv.arguments.HelpFormatter)."""
+    are logging (nothing is logged without -v; edgeconv._log), shutil (argparse's help width;
+    edgeconv.arguments.HelpFormatter) and threading (edgeconv.cancel's lock is _thread's)."""
     heavy = ("edgeconv.pipeline", "edgeconv.config", "edgeconv.calibration", "edgeconv.passes", "edgeconv.cache",
-             "edgeconv.converters.tflite_export", "tensorflow", "logging", "shutil")
+             "edgeconv.converters.tflite_export", "tensorflow", "logging", "shutil", "threading")
     probe = (f"import sys\nfrom edgeconv.cli import main\ncode = main({argv!r})\n"
              f"print(code, sorted(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
     assert result.stderr.strip().splitlines()[-1] == f"{code} []"
+
+
+def test_main_in_another_thread_leaves_the_signals_to_the_host() -> None:
+    """A host program may run the CLI in a worker thread: signals are the main thread's (the host's), so the
+    command runs without installing handlers, and returns its verdict."""
+    import signal
+    import threading
+
+    from edgeconv.cli import main
+
+    before = signal.getsignal(signal.SIGTERM)
+    codes: list[int] = []
+    model = str(REPO / "tests/data/sin-island.int8.tflite")
+    worker = threading.Thread(target=lambda: codes.append(main(["check", "-q", model])))
+    worker.start()
+    worker.join()
+    assert codes == [1]
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 def _tables() -> list[tuple[str, tuple[str, ...], list[tuple[str, ...]], list[tuple[str, list[str]]]]]:
