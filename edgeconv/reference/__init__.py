@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .._record import record
-from ..converters.tflite_reader import TFLiteModel, read_tflite
+from ..converters.tflite_reader import OpInfo, SubgraphInfo, TFLiteModel, read_tflite
 from ..errors import EdgeconvError
 from .ops import OPS, Unsupported
 
@@ -76,6 +76,9 @@ def run(model: TFLiteModel | str | Path, inputs: Mapping[str, np.ndarray]) -> Co
         raise ReferenceError(f"inputs not given: {', '.join(missing)}")
     steps = []
     for op in graph.ops:
+        if any(t is not None and t.is_float for t in (*op.inputs, *op.outputs)) and op.type not in (
+                "QUANTIZE", "DEQUANTIZE"):
+            raise ReferenceError(_float_op(op, graph))
         fn = OPS.get(op.type)
         if fn is None:
             raise ReferenceError(f"op #{op.index} {op.label} is not computed by the reference (it computes "
@@ -91,10 +94,6 @@ def run(model: TFLiteModel | str | Path, inputs: Mapping[str, np.ndarray]) -> Co
                 if const is None:
                     raise ReferenceError(f"op #{op.index} {op.type}: input '{t.name}' has no value")
                 args.append(const)
-        if any(t is not None and t.is_float for t in (*op.inputs, *op.outputs)) and op.type not in (
-                "QUANTIZE", "DEQUANTIZE"):
-            raise ReferenceError(f"op #{op.index} {op.type} computes in float: the reference runs full-integer "
-                                 "models (quantize it with edgeconv, quantization.mode: int8)")
         try:
             outs, trace = fn(op, model, args)
         except Unsupported as exc:
@@ -104,6 +103,20 @@ def run(model: TFLiteModel | str | Path, inputs: Mapping[str, np.ndarray]) -> Co
         steps.append(Step(op.index, op.type, tuple(t.name for t in op.outputs), trace))
     tensors = {graph.tensors[i].name: v for i, v in values.items()}
     return Computed(tensors, tuple(steps))
+
+
+def _float_op(op: OpInfo, graph: SubgraphInfo) -> str:
+    """Why a float op stops the reference, in the model's terms: a float model is to be quantized; a quantized
+    one that keeps an op in float (the converter has no integer form of it, and puts it between a DEQUANTIZE
+    and a QUANTIZE) cannot be made full-integer by quantizing again."""
+    head = f"op #{op.index} {op.label} computes in float: the reference runs full-integer models"
+    if any(t.dtype.value in _INTEGER_ACTIVATIONS for other in graph.ops for t in other.outputs):
+        return (f"{head}, and the converter kept this one in float between the model's integer ops (it has no "
+                "integer form of it; `edgeconv check` lists such ops under generic-int8)")
+    return f"{head} (quantize it with edgeconv, quantization.mode: int8)"
+
+
+_INTEGER_ACTIVATIONS = ("int8", "uint8", "int16")
 
 
 __all__ = ["SUPPORTED", "Computed", "ReferenceError", "Step", "input_keys", "run"]
