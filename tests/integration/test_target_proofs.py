@@ -23,6 +23,7 @@ from edgeconv.targets.target import OpStatus
 
 from ..conftest import REPO
 from ..oracles import CORPUS, compare_tflm, known_differences, tflm_failed_op, tflm_runs, xnnpack_delegated
+from .models import photos
 
 
 def assert_tflm_agrees(path: Path) -> None:
@@ -116,6 +117,59 @@ def test_edgetpu_stops_mobilenet_v3_at_hard_swish(apps: dict[str, Path]) -> None
     result = check_model(read_tflite(apps["mobilenet_v3_small"]), load_target("edgetpu"))
     assert result.first_blocking is not None and result.first_blocking.op.type == "HARD_SWISH"
     assert result.counts()["supported"] == 1 and result.shares()["macs"] < 0.1
+
+
+# -- generic-int8's notes on float islands ---------------------------------------------------------
+
+def _generic_int8(tmp_path: Path, name: str, build: Any, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    import keras
+
+    keras.utils.set_random_seed(5)
+    inp = keras.Input((9, 8, 3), batch_size=1, name="x")
+    keras.Model(inp, build(inp)).save(tmp_path / f"{name}.keras")
+    np.savez(tmp_path / f"{name}.npz", x=photos(16, 9, 8))
+    (tmp_path / f"{name}.yaml").write_text(f"version: 1\nmodel: {{path: {name}.keras}}\n"
+                                           f"calibration: {{path: {name}.npz, samples: 16}}\n"
+                                           "targets: [generic-int8]\nverify: {parity: false, culprits: 0}\n")
+    main(["build", str(tmp_path / f"{name}.yaml"), "-q"])
+    capsys.readouterr()
+    return dict(json.loads((tmp_path / "build" / name / "report.json").read_text())["targets"][0])
+
+
+def test_generic_int8_float_island_notes_name_a_fix_that_converts(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """ELU, Keras LayerNormalization (a NEG) and GroupNormalization (a NEG and a SQUARE) stay float in TF
+    2.21's converter: each op's violation is the target's note, with the layer it came from; the layers the
+    notes' fixes name instead (LeakyReLU, a normalization by hand, x * x) convert to int8 throughout."""
+    from keras import layers, ops
+
+    def islands(x: Any) -> Any:
+        x = layers.ELU(name="elu")(layers.Conv2D(6, 3, name="conv")(x))
+        x = layers.GroupNormalization(2, name="gn")(layers.LayerNormalization(name="ln")(x))
+        return layers.Dense(3, name="head")(layers.GlobalAveragePooling2D(name="gap")(x))
+
+    failed = _generic_int8(tmp_path, "islands", islands, capsys)
+    notes = load_target("generic-int8").notes
+    seen = {}
+    for op in failed["ops"]:
+        if op["type"] in ("ELU", "NEG", "SQUARE"):
+            (violation,) = op["violations"]
+            assert (violation["rule"], violation["detail"], violation["fix"]) == (
+                f"generic-int8.{op['type']}.op_listed", notes[op["type"]].detail, notes[op["type"]].fix)
+            seen.setdefault(op["type"], []).extend(op["source_layers"])
+    assert failed["verdict"] == "fail" and seen == {"ELU": ["elu"], "NEG": ["ln", "gn"], "SQUARE": ["gn"]}
+
+    def fixed(x: Any) -> Any:
+        x = layers.LeakyReLU(0.2, name="leaky")(layers.Conv2D(6, 3, name="conv")(x))
+        d = x - ops.mean(x, axis=-1, keepdims=True)  # LayerNormalization by hand, as the NEG note says
+        x = d * ops.rsqrt(ops.mean(d * d, axis=-1, keepdims=True) + 1e-3)
+        x = x * x  # the SQUARE note's fix
+        return layers.Dense(3, name="head")(layers.GlobalAveragePooling2D(name="gap")(x))
+
+    passed = _generic_int8(tmp_path, "fixed", fixed, capsys)
+    assert passed["verdict"] == "pass" and passed["counts"]["unsupported"] == 0
+    assert {op["type"] for op in passed["ops"]} >= {"LEAKY_RELU", "SUB", "MUL", "RSQRT"}
+    assert not {op["type"] for op in passed["ops"]} & {"ELU", "NEG", "SQUARE", "DEQUANTIZE", "QUANTIZE"}
 
 
 # -- Edge TPU cases the Coral documentation decides ----------------------------------------------
