@@ -150,7 +150,7 @@ def test_generic_int8_float_island_notes_name_a_fix_that_converts(tmp_path: Path
 
     failed = _generic_int8(tmp_path, "islands", islands, capsys)
     notes = load_target("generic-int8").notes
-    seen = {}
+    seen: dict[str, list[str]] = {}
     for op in failed["ops"]:
         if op["type"] in ("ELU", "NEG", "SQUARE"):
             (violation,) = op["violations"]
