@@ -81,20 +81,52 @@ def _load(path: Path, fmt: str, custom_objects: Mapping[str, Any] | None = None,
             raise ModelError(f"{shown}: the model has a Lambda layer whose Python function is stored in the file; "
                              "loading it runs that code. Fix: set model.trust_code: true if you trust the model "
                              "file, or replace the Lambda with a registered layer (model.custom_modules)") from None
-        missing = ""
-        if "Could not locate class" in text:
-            missing = text.split("Could not locate class", 1)[1].split(".")[0].strip(" '")
-        elif text.startswith("Unknown layer:") or text.startswith("Unknown "):
-            missing = text.split(":", 1)[1].split(".")[0].strip(" '")
-        if missing:
-            raise ModelError(f"{shown}: the model uses the custom class {missing!r}, which is not registered; "
-                             "name it in the pipeline (model.custom_objects: {" + missing + ": 'module:Class'}, "
-                             "with model.trust_code: true), or list the module that registers it with "
-                             "@keras.saving.register_keras_serializable in model.custom_modules") from None
+        unregistered = _unregistered(exc)
+        if unregistered is None and (text.startswith("Unknown layer:") or text.startswith("Unknown ")):
+            unregistered = ("class", text.split(":", 1)[1].split(".")[0].strip(" '"), None)
+        if unregistered is not None:
+            raise ModelError(f"{shown}: {_unregistered_words(*unregistered)}") from None
         raise ModelError(f"{shown}: cannot load the Keras model: {text.splitlines()[0]}") from None
     except Exception as exc:  # Keras raises many kinds for a bad file; all mean "cannot load"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"{shown}: cannot load the Keras model: {first}") from None
+
+
+_NOT_LOCATED = re.compile(r"Could not locate (class|function) '([^'\n]*)'")
+_CONFIG_MODULE = re.compile(r"'module': '([^'\n]*)'")
+_IDENTIFIER = re.compile(r"[A-Za-z_][\w.]*")
+
+
+def _unregistered(exc: BaseException) -> tuple[str, str, str | None] | None:
+    """The custom class or function Keras could not find, from the innermost error that names it (a layer's
+    activation is reported inside the layer's and the model's own deserialization errors): its kind, name and
+    the module the model file says it came from."""
+    found = None
+    seen: set[int] = set()
+    error: BaseException | None = exc
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        text = str(error)
+        located = _NOT_LOCATED.search(text)
+        if located:
+            module = _CONFIG_MODULE.search(text, located.end())
+            found = (located.group(1), located.group(2), module.group(1) if module else None)
+        error = error.__cause__ or error.__context__
+    return found
+
+
+def _unregistered_words(kind: str, name: str, module: str | None) -> str:
+    """What to write in the pipeline for an unregistered class or function. The model file's module is only
+    suggested as the place to import it from when it is a module name (a function defined in a script is
+    saved as from ``builtins`` or ``__main__``); names the file holds are quoted, never pasted as they are."""
+    placeholder = "module:Class" if kind == "class" else "module:function"
+    safe = _IDENTIFIER.fullmatch(name) is not None
+    ref = f"{module}:{name}" if module and safe and _IDENTIFIER.fullmatch(module) and module not in (
+        "builtins", "__main__") and not module.startswith("keras") else placeholder
+    entry = "{" + (name if safe else "Name") + f": '{ref}'}}"
+    return (f"the model uses the custom {kind} {name!r}, which is not registered; name it in the pipeline "
+            f"(model.custom_objects: {entry}, with model.trust_code: true), or list the module that registers "
+            "it with @keras.saving.register_keras_serializable in model.custom_modules")
 
 
 def _declared_inputs(model: Any, path: Path, input_shapes: Mapping[str, tuple[int, ...]] | None = None,

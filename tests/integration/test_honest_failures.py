@@ -132,7 +132,7 @@ def test_a_custom_class_without_the_decorator_is_named_in_the_pipeline(tmp_path:
     assert main(["build", str(tmp_path / "p.yaml"), "-q"]) == 2
     err = capsys.readouterr().err
     assert "the model uses the custom class 'Scale', which is not registered; name it in the pipeline " \
-           "(model.custom_objects: {Scale: 'module:Class'}, with model.trust_code: true)" in err
+           "(model.custom_objects: {Scale: 'plain:Scale'}, with model.trust_code: true)" in err
     (tmp_path / "p.yaml").write_text(base.format("  custom_objects: {Scale: 'plain:Scale'}\n  trust_code: true\n"))
     assert main(["build", str(tmp_path / "p.yaml"), "-q"]) in (0, 1)
     report = json.loads((tmp_path / "build" / "m" / "report.json").read_text())

@@ -561,6 +561,52 @@ def test_a_lambda_layer_s_stored_code_runs_only_with_trust_code(tmp_path: Path) 
     np.testing.assert_allclose(got, want, atol=0.05 * float(np.abs(want).max()))
 
 
+def test_a_module_the_model_file_names_is_not_imported_and_the_fix_names_it(tmp_path: Path) -> None:
+    """A .keras file's config names the module of each function it uses: a pull request can name its own
+    module (here `actmod`, importable from the working directory, writing a file as it is imported) for a
+    layer's activation. Without model.trust_code it is not imported; the error is the innermost one (Keras
+    wraps it in the layer's and the model's), naming the function and the entry to write; with that entry and
+    trust_code the model builds."""
+    import json as json_
+    import sys
+    import zipfile
+
+    import keras
+
+    marker = tmp_path / "imported.txt"
+    (tmp_path / "actmod.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('x')\n"
+                                        "def act(x):\n    return x * 0.5\n")
+    inp = keras.Input((7,), name="feat")
+    keras.Model(inp, keras.layers.Dense(5, activation="relu", name="d")(inp)).save(tmp_path / "plain.keras")
+    with zipfile.ZipFile(tmp_path / "plain.keras") as z:
+        files = {n: z.read(n) for n in z.namelist()}
+    config = json_.loads(files["config.json"])
+    (dense,) = [layer for layer in config["config"]["layers"] if layer["class_name"] == "Dense"]
+    dense["config"]["activation"] = {"module": "actmod", "class_name": "function", "config": "act",
+                                     "registered_name": "act"}
+    files["config.json"] = json_.dumps(config).encode()
+    with zipfile.ZipFile(tmp_path / "m.keras", "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    x_cal = np.random.default_rng(7).normal(size=(16, 7)).astype(np.float32)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with pytest.raises(ModelError) as err:
+            edgeconv.build(project(tmp_path, tmp_path / "m.keras", cal={"feat": x_cal}))
+        assert str(err.value) == (
+            "m.keras: the model uses the custom function 'act', which is not registered; name it in the pipeline "
+            "(model.custom_objects: {act: 'actmod:act'}, with model.trust_code: true), or list the module that "
+            "registers it with @keras.saving.register_keras_serializable in model.custom_modules")
+        assert "actmod" not in sys.modules and not marker.exists() and not (tmp_path / "build").exists()
+        result = edgeconv.build(project(tmp_path, tmp_path / "m.keras",
+                                        "  custom_objects: {act: 'actmod:act'}\n  trust_code: true\n",
+                                        cal={"feat": x_cal}))
+        assert marker.exists() and result.tflite_path.exists()
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("actmod", None)
+
+
 def test_a_model_output_name_with_a_terminal_escape_is_refused_before_any_data_is_read(tmp_path: Path) -> None:
     """A model's output names are the model's (a pull request's) to choose: a dict key with a newline and a
     terminal escape reached the console, report.md's tables (a broken row) and JUnit (invalid XML). Exit 2

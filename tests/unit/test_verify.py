@@ -496,3 +496,38 @@ def test_a_trace_s_error_is_one_line_of_what_went_wrong(text: str, said: str) ->
     from edgeconv.converters.keras_loader import _traced_error
 
     assert _traced_error(ValueError(text)) == said
+
+
+@pytest.mark.parametrize(("found", "entry"), [
+    (("function", "act", "actmod"), "{act: 'actmod:act'}"),
+    (("class", "Scale", "pkg.layers"), "{Scale: 'pkg.layers:Scale'}"),
+    (("function", "act", "builtins"), "{act: 'module:function'}"),  # a function defined in a script
+    (("function", "act", "__main__"), "{act: 'module:function'}"),
+    (("class", "Dense", "keras.layers"), "{Dense: 'module:Class'}"),  # not Keras's to be imported from
+    (("class", "Scale", None), "{Scale: 'module:Class'}"),
+    (("class", "Scale", "a b"), "{Scale: 'module:Class'}"),  # not a module name
+    (("class", "Bad\x1bName", "pkg"), "{Name: 'module:Class'}"),  # the file's text is quoted, never pasted
+])
+def test_an_unregistered_class_or_function_is_named_with_the_entry_to_write(
+        found: tuple[str, str, str | None], entry: str) -> None:
+    from edgeconv.converters.keras_loader import _unregistered_words
+
+    kind, name, _ = found
+    assert _unregistered_words(*found) == (
+        f"the model uses the custom {kind} {name!r}, which is not registered; name it in the pipeline "
+        f"(model.custom_objects: {entry}, with model.trust_code: true), or list the module that registers it "
+        "with @keras.saving.register_keras_serializable in model.custom_modules")
+
+
+def test_the_innermost_unlocated_function_is_the_one_named() -> None:
+    """Keras wraps a layer's activation error in the layer's and then the model's: the innermost names it."""
+    from edgeconv.converters.keras_loader import _unregistered
+
+    inner = TypeError("Could not locate function 'act'. Make sure ... Full object config: {'module': 'actmod', "
+                      "'class_name': 'function', 'config': 'act', 'registered_name': 'act'}")
+    layer = TypeError("<class 'Dense'> could not be deserialized properly. config={'module': 'keras.layers'}")
+    layer.__cause__ = inner
+    model = TypeError("<class 'Functional'> could not be deserialized properly.")
+    model.__cause__ = layer
+    assert _unregistered(model) == ("function", "act", "actmod")
+    assert _unregistered(TypeError("unrelated")) is None
