@@ -31,9 +31,11 @@ class Ctx:
     """Where we are: the file shown in messages, the folder paths resolve against,
     and the problems found so far."""
 
-    def __init__(self, file: str, base_dir: Path, *, check_files: bool = True) -> None:
+    def __init__(self, file: str, base_dir: Path, *, check_files: bool = True, project: Path | None = None) -> None:
         self.file = file
         self.base_dir = base_dir
+        # The folder the files the pipeline names must lie in (edgeconv.inputs.project_of); None: not checked.
+        self.project = project
         self.problems: list[str] = []
         # False: the model and data files may be absent (fetched in CI from DVC, LFS or a bucket); what their
         # presence would decide is not checked. Target files, which the pipeline's rules come from, still are.
@@ -195,13 +197,17 @@ def _parse_scalar(tp: Any, node: yaml.ScalarNode, key: str, ctx: Ctx, meta: Mapp
         except (OSError, ValueError) as exc:  # too long for the file system, a loop of links
             return ctx.error(node, key, f"not a usable path: {_shorten(text)!r} ({exc.strerror or exc})"
                              if isinstance(exc, OSError) else f"not a usable path: {_shorten(text)!r}")
-        if meta.get("must_exist") and not exists and ctx.check_files:
-            return ctx.error(node, key, f"file not found: {text!r} (resolved to {path})")
-        from .inputs import not_a_regular_file
+        from .inputs import not_a_regular_file, outside_project
 
         special = not_a_regular_file(path) if exists else None
         if special:
             return ctx.error(node, key, f"{_shorten(text)!r} {special}")
+        if meta.get("must_exist") and ctx.project is not None:  # an input the build reads
+            outside = outside_project(ctx.base_dir / text, ctx.project)
+            if outside:
+                return ctx.error(node, key, f"{_shorten(text)!r} {outside}")
+        if meta.get("must_exist") and not exists and ctx.check_files:
+            return ctx.error(node, key, f"file not found: {text!r} (resolved to {path})")
         return path
     raise TypeError(f"unsupported config type {tp!r}")  # a bug in a config model
 

@@ -31,6 +31,7 @@ from .calibration.sources import folder_kinds
 from .diff import RegressionGates
 from .errors import ConfigError, allowed_list, did_you_mean, rel
 from .gates import DEFAULT_GATES
+from .inputs import GRANT, leads_outside, not_a_regular_file, outside_project, project_of
 from .passes import PASSES, GraphPass
 from .targets import builtin_target_names, is_target_file, load_target
 from .targets.vela import INSTALL_HINT as VELA_HINT
@@ -556,6 +557,10 @@ def _parse_targets(node: yaml.Node, key: str, ctx: Ctx) -> Any:
         sub = f"{key}[{i}]"
         if value is not None and is_target_file(value):
             path = (ctx.base_dir / value).resolve()
+            outside = outside_project(ctx.base_dir / value, ctx.project) if ctx.project is not None else None
+            if outside:
+                ctx.error(item, sub, f"target file {value!r} {outside}")
+                continue
             if not path.is_file():
                 ctx.error(item, sub, f"target file not found: {value!r} (resolved to {path})")
                 continue
@@ -661,8 +666,13 @@ def load_pipeline(path: str | Path, *, check_files: bool = True) -> PipelineConf
     (``edgeconv validate --no-files``): the model and data files may be absent, and nothing their presence
     would decide is checked."""
     path = Path(path)
+    project = project_of(path.absolute().parent)  # where the file is named, not where a link leads
+    # A link a pull request planted where the workflow looks for pipelines (to a device: the read says so).
+    if not_a_regular_file(path) is None and leads_outside(path, project):
+        raise ConfigError([f"{rel(path)}: a link that leads outside its project ({project}): a pipeline file is "
+                           f"read only from its project; {GRANT}"])
     node = _yaml.compose_file(path)
-    ctx = Ctx(rel(path), path.resolve().parent, check_files=check_files)
+    ctx = Ctx(rel(path), path.resolve().parent, check_files=check_files, project=project)
     if isinstance(node, yaml.MappingNode):
         version = next((v for k, v in node.value if k.value == "version"), None)
         if version is not None and not (isinstance(version, yaml.ScalarNode) and version.value == str(SCHEMA_VERSION)):

@@ -74,3 +74,72 @@ def read_bytes(path: Path, limit: int, error: type[EdgeconvError] = EdgeconvErro
     if len(data) > limit:  # it grew while being read
         raise error(f"{shown}: more than {limit:,} bytes; a {what} may have at most {limit:,}")
     return data
+
+
+# -- What a pipeline may read ------------------------------------------------------------------------------
+#
+# A pipeline names the files a build reads (the model, the data, target files), and a pipeline may come from a
+# pull request: naming /proc/self/environ as CSV calibration data printed the runner's environment (its
+# secrets) in the error that listed the "columns". So a pipeline reads only inside its project, links
+# followed, and the folders the workflow grants, never the pipeline.
+
+READ_ROOTS = "EDGECONV_READ_ROOTS"
+
+
+def project_of(folder: Path) -> Path:
+    """The project a pipeline in ``folder`` belongs to: the nearest folder at or above it that holds ``.git``
+    (a clone; a worktree's or submodule's ``.git`` file counts); outside git, the working directory when
+    ``folder`` lies in it, else ``folder`` itself. ``folder`` is taken as named, not through its links."""
+    folder = Path(os.path.abspath(folder))
+    for place in (folder, *folder.parents):
+        if os.path.lexists(place / ".git"):
+            return place
+    try:
+        cwd = Path(os.path.abspath(os.getcwd()))
+    except OSError:  # the working directory was removed
+        return folder
+    return cwd if folder.is_relative_to(cwd) else folder
+
+
+def granted_roots() -> list[Path]:
+    """The folders outside a project that ``$EDGECONV_READ_ROOTS`` lets pipelines read (``os.pathsep``
+    between them; relative ones are taken from the working directory), links followed."""
+    roots = []
+    for part in os.environ.get(READ_ROOTS, "").split(os.pathsep):
+        if part.strip():
+            try:
+                roots.append(Path(part.strip()).resolve())
+            except (OSError, ValueError):
+                continue
+    return roots
+
+
+def leads_outside(path: Path, project: Path) -> bool:
+    """Whether ``path``, its links followed as a read would, lies outside ``project`` and every granted folder
+    (a loop of links leads nowhere readable: outside)."""
+    try:
+        real = path.resolve()
+    except (OSError, ValueError):
+        return True
+    return not any(real.is_relative_to(root) for root in (project.resolve(), *granted_roots()))
+
+
+GRANT = (f"move it into the project, or grant its folder in ${READ_ROOTS} (set by the workflow, never by a pull "
+         "request)")
+
+
+def outside_project(path: Path, project: Path) -> str | None:
+    """Why a pipeline of ``project`` may not read ``path``, or None: it lies outside the project and outside
+    every granted folder (:func:`leads_outside`). For a folder, a link anywhere below it that leads out counts
+    too (an image or array folder is read file by file)."""
+    where = f"outside the pipeline's project ({project})"
+    if leads_outside(path, project):
+        return f"is {where}: a pipeline reads only files in its project; {GRANT}"
+    if path.is_dir():
+        for here, folders, files in os.walk(path):
+            for name in sorted(folders + files):
+                below = Path(here) / name
+                if below.is_symlink() and leads_outside(below, project):
+                    return (f"holds {str(below.relative_to(path))!r}, a link that leads {where}: a pipeline reads "
+                            f"only files in its project; {GRANT}")
+    return None

@@ -5,6 +5,7 @@ errors of a recipe that does not fit the model."""
 from __future__ import annotations
 
 import json
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -122,10 +123,11 @@ def test_the_statistics_are_measured_once_per_model_and_data_and_give_the_same_r
 
 
 def _pipeline(tmp_path: Path, keras_model: Path, quantization: str, targets: str = "[tflm-cmsis-nn]") -> Path:
+    shutil.copy(keras_model, tmp_path / keras_model.name)  # a pipeline reads only inside its project
     np.savez(tmp_path / "cal.npz", features=_data(120, 1))
     np.savez(tmp_path / "eval.npz", features=_data(90, 2))
     (tmp_path / "pipeline.yaml").write_text(
-        f"version: 1\nname: aeq\nmodel: {{path: {keras_model}}}\ncalibration: {{path: cal.npz, samples: 120}}\n"
+        f"version: 1\nname: aeq\nmodel: {{path: {keras_model.name}}}\ncalibration: {{path: cal.npz, samples: 120}}\n"
         f"evaluation: {{path: eval.npz}}\nquantization: {quantization}\ntargets: {targets}\n")
     return tmp_path / "pipeline.yaml"
 

@@ -111,7 +111,9 @@ def test_report_records_provenance(built: dict[str, Any]) -> None:
     assert report["tflite"]["inputs"][0]["scale"] == pytest.approx(1 / 255, rel=1e-3)
 
 
-def test_resolved_pipeline_rebuilds_the_same_config(built: dict[str, Any]) -> None:
+def test_resolved_pipeline_rebuilds_the_same_config(built: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    # From the project (no git here: the working directory is the project the resolved pipeline's paths are in).
+    monkeypatch.chdir(built["root"])
     resolved = load_pipeline(built["out"] / "pipeline.resolved.yaml")
     original = load_pipeline(built["root"] / "pipeline.yaml")
     assert resolved.model.path == original.model.path and resolved.calibration == original.calibration
