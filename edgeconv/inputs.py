@@ -135,11 +135,20 @@ def outside_project(path: Path, project: Path) -> str | None:
     where = f"outside the pipeline's project ({project})"
     if leads_outside(path, project):
         return f"is {where}: a pipeline reads only files in its project; {GRANT}"
+    if _in_git_folder(path):
+        return "is in a .git folder: a pipeline never reads git's own files (a clone's config holds its credentials)"
     if path.is_dir():
         for here, folders, files in os.walk(path):
             for name in sorted(folders + files):
                 below = Path(here) / name
-                if below.is_symlink() and leads_outside(below, project):
+                if below.is_symlink() and (leads_outside(below, project) or _in_git_folder(below)):
                     return (f"holds {str(below.relative_to(path))!r}, a link that leads {where}: a pipeline reads "
                             f"only files in its project; {GRANT}")
     return None
+
+
+def _in_git_folder(path: Path) -> bool:
+    try:
+        return ".git" in path.resolve().parts
+    except (OSError, ValueError):
+        return False

@@ -163,3 +163,22 @@ def test_the_project_is_the_git_work_tree_else_the_working_directory_else_the_fo
     assert project_of(tmp_path / "plain" / "pipelines") == tmp_path / "plain"  # run from the project
     monkeypatch.chdir(tmp_path / "clone")
     assert project_of(tmp_path / "plain" / "pipelines") == tmp_path / "plain" / "pipelines"  # run from elsewhere
+
+
+def test_a_pipeline_never_reads_inside_git(tmp_path: Path) -> None:
+    """`.git/config` is in the project, and holds the token actions/checkout persists: named as data, or
+    reached through a link, it is refused."""
+    project = tmp_path / "repo"
+    pipeline = _project(project, "calibration: {source: csv, path: .git/config, samples: 10, "
+                                 "columns: {image: [x]}}\n")
+    (project / ".git" / "config").write_text(f"[http]\n\textraheader = AUTHORIZATION: basic {SECRET}\n")
+    result = edgeconv("validate", str(pipeline), cwd=project)
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("edgeconv: error: pipeline.yaml:3: calibration.path: '.git/config' is in a .git "
+                                     "folder: a pipeline never reads git's own files (a clone's config holds its "
+                                     "credentials)")
+    (project / "cal.csv").symlink_to(project / ".git" / "config")
+    pipeline.write_text(pipeline.read_text().replace(".git/config", "cal.csv"))
+    result = edgeconv("build", str(pipeline), cwd=project)
+    assert result.returncode == 2 and "'cal.csv' is in a .git folder" in result.stderr
+    assert SECRET not in result.stdout + result.stderr
