@@ -135,20 +135,32 @@ def outside_project(path: Path, project: Path) -> str | None:
     where = f"outside the pipeline's project ({project})"
     if leads_outside(path, project):
         return f"is {where}: a pipeline reads only files in its project; {GRANT}"
-    if _in_git_folder(path):
-        return "is in a .git folder: a pipeline never reads git's own files (a clone's config holds its credentials)"
+    git = "a pipeline never reads git's own files (a clone's config holds its credentials)"
+    if _in_git_folder(path, project):
+        return f"is in a .git folder: {git}"
     if path.is_dir():
         for here, folders, files in os.walk(path):
             for name in sorted(folders + files):
                 below = Path(here) / name
-                if below.is_symlink() and (leads_outside(below, project) or _in_git_folder(below)):
-                    return (f"holds {str(below.relative_to(path))!r}, a link that leads {where}: a pipeline reads "
-                            f"only files in its project; {GRANT}")
+                if not below.is_symlink():
+                    continue
+                shown = repr(str(below.relative_to(path)))
+                if leads_outside(below, project):
+                    return (f"holds {shown}, a link that leads {where}: a pipeline reads only files in its "
+                            f"project; {GRANT}")
+                if _in_git_folder(below, project):
+                    return f"holds {shown}, a link into a .git folder: {git}"
     return None
 
 
-def _in_git_folder(path: Path) -> bool:
+def _in_git_folder(path: Path, project: Path) -> bool:
+    """Whether ``path`` (links followed) lies in a ``.git`` folder below the project or granted folder that
+    holds it (the project itself may lie anywhere)."""
     try:
-        return ".git" in path.resolve().parts
+        real = path.resolve()
     except (OSError, ValueError):
         return False
+    for root in (project.resolve(), *granted_roots()):
+        if real.is_relative_to(root):
+            return ".git" in real.relative_to(root).parts
+    return False

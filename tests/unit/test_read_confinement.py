@@ -182,3 +182,24 @@ def test_a_pipeline_never_reads_inside_git(tmp_path: Path) -> None:
     result = edgeconv("build", str(pipeline), cwd=project)
     assert result.returncode == 2 and "'cal.csv' is in a .git folder" in result.stderr
     assert SECRET not in result.stdout + result.stderr
+
+
+def test_a_data_folder_with_a_link_into_git_is_refused(tmp_path: Path) -> None:
+    project = tmp_path / "repo"
+    _project(project, "calibration: {source: images, path: photos, samples: 10, preprocess: {scale: 0.0039}}\n")
+    (project / ".git" / "config").write_text("[core]\n")
+    (project / "photos").mkdir()
+    (project / "photos" / "a.png").symlink_to(project / ".git" / "config")
+    result = edgeconv("validate", "pipeline.yaml", cwd=project)
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("edgeconv: error: pipeline.yaml:3: calibration.path: 'photos' holds 'a.png', a "
+                                     "link into a .git folder: a pipeline never reads git's own files (a clone's "
+                                     "config holds its credentials)")
+
+
+def test_a_project_may_itself_lie_below_a_folder_named_git(tmp_path: Path) -> None:
+    """Only a .git folder inside the project is git's own: a clone kept under some `.git` folder reads its files."""
+    project = tmp_path / ".git" / "worktrees-here" / "repo"
+    pipeline = _project(project, "")
+    result = edgeconv("validate", str(pipeline), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
