@@ -191,6 +191,25 @@ def test_real_photos_as_an_image_folder(tmp_path: Path) -> None:
     np.testing.assert_allclose(got, want, atol=0.1 * float(np.abs(want).max()) + 0.01)
 
 
+def test_a_16_bit_png_reads_as_tensorflow_decodes_it(tmp_path: Path) -> None:
+    """Every 16-bit value once (a 256x256 ramp, grey and RGB): the pixels edgeconv calibrates on are those
+    tf.io.decode_image gives (what Keras's image_dataset_from_directory trains on), value for value."""
+    import tensorflow as tf
+    from PIL import Image
+
+    from edgeconv.calibration.config import ColorOrder, Preprocess
+    from edgeconv.calibration.sources.images import preprocess_image
+
+    ramp = np.arange(65536, dtype=np.uint16).reshape(256, 256)
+    Image.fromarray(ramp).save(tmp_path / "deep.png")
+    for color, channels in ((ColorOrder.GRAYSCALE, 1), (ColorOrder.RGB, 3)):
+        with Image.open(tmp_path / "deep.png") as image:
+            ours = preprocess_image(image, Preprocess(scale=1.0, color=color), (256, 256))
+        theirs = tf.io.decode_image((tmp_path / "deep.png").read_bytes(), channels=channels,
+                                    expand_animations=False).numpy()
+        np.testing.assert_array_equal(ours, theirs.astype(np.float32))
+
+
 # -- the silent killers ----------------------------------------------------------------------------
 
 RNG = np.random.default_rng(0)

@@ -270,6 +270,23 @@ def test_image_preprocessing(tmp_path: Path, pre: Preprocess, shape: tuple[int, 
     assert x.shape == shape and check(x, src.astype(np.float32))
 
 
+@pytest.mark.parametrize("color", [ColorOrder.GRAYSCALE, ColorOrder.RGB])
+def test_a_16_bit_grayscale_png_keeps_its_high_byte(tmp_path: Path, color: ColorOrder) -> None:
+    """Pillow opens a 16-bit grayscale PNG as I;16, and its convert() clipped every value above 255: a
+    16-bit photo came out nearly all white. Its high byte is what TF's decode_png keeps (the integration test
+    of image folders compares with it)."""
+    from PIL import Image
+
+    ramp = (np.arange(8 * 6, dtype=np.uint16) * 1365 + 7).reshape(8, 6)  # 7 .. 64,162: every high byte 0-250
+    (tmp_path / "p").mkdir()
+    Image.fromarray(ramp).save(tmp_path / "p" / "deep.png")
+    assert Image.open(tmp_path / "p" / "deep.png").mode == "I;16"
+    channels = 1 if color is ColorOrder.GRAYSCALE else 3
+    spec = TensorSpec("photo", "photo:0", (1, 8, 6, channels), "float32")
+    x = read_all("images", cfg("p", preprocess=Preprocess(scale=1.0, color=color)), [spec])[0]["photo"]
+    np.testing.assert_array_equal(x, np.repeat((ramp >> 8)[:, :, None], channels, -1).astype(np.float32))
+
+
 @pytest.mark.parametrize(("fit", "row", "column"), [
     # A white 4x12 image into 8x6: crop scales it to 8x24 and keeps the middle (all white);
     # pad scales it to 2x6 and pads rows above and below with black.

@@ -19,6 +19,8 @@ else:
     np = lazy_import("numpy")
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
+# Pillow's modes of grayscale pixels wider than 8 bits (a 16-bit PNG opens as I;16, in older Pillows as I).
+WIDE_GRAY = ("I;16", "I;16B", "I;16L", "I;16N", "I")
 
 
 def pick_input(cfg: DataConfig, inputs: Sequence[TensorSpec], location: str) -> TensorSpec:
@@ -51,6 +53,11 @@ def preprocess_image(image: Any, pre: Preprocess, size: tuple[int, int]) -> np.n
     """A decoded PIL image -> a float32 array in the model's layout and range."""
     from PIL import Image
 
+    if image.mode in WIDE_GRAY:
+        # Pillow's convert() clips these at 255 (a 16-bit grayscale photo came out nearly all white); TF's
+        # decode_png/decode_image, which Keras's image_dataset_from_directory reads with, keeps the high byte.
+        high = np.clip(np.asarray(image, dtype=np.int64), 0, 65535) >> 8
+        image = Image.fromarray(high.astype(np.uint8), "L")
     image = image.convert("L" if pre.color is ColorOrder.GRAYSCALE else "RGB")
     resample = {ResizeMethod.BILINEAR: Image.Resampling.BILINEAR, ResizeMethod.NEAREST: Image.Resampling.NEAREST,
                 ResizeMethod.BICUBIC: Image.Resampling.BICUBIC, ResizeMethod.AREA: Image.Resampling.BOX}[pre.resize]
