@@ -219,6 +219,9 @@ def console_lines(report: rm.Report, served_in: float | None = None) -> list[str
             lines.append(f"{t['name']}: {'PASS' if target_passes(t, checks) else 'FAIL'} ({c['supported']} "
                          f"supported{uncertain}, "
                          f"{c['cpu_fallback']} cpu_fallback, {c['unsupported']} unsupported)")
+            stop = first_unsupported(t)
+            if stop is not None:
+                lines.append(f"  {stop}")
         estimated = estimates_line(t) if not t.get("error") else None
         if estimated is not None:
             lines.append(f"  {estimated}")
@@ -266,6 +269,26 @@ def console_lines(report: rm.Report, served_in: float | None = None) -> list[str
     if why is not None:
         lines.append(f"  {why}")
     return lines
+
+
+ISLAND_EDGES = ("QUANTIZE", "DEQUANTIZE")
+
+
+def first_unsupported(target: Mapping[str, Any]) -> str | None:
+    """Where a target stops, in the model's terms: its first unsupported op (not a float island's QUANTIZE or
+    DEQUANTIZE when another op is unsupported: they follow from the op between them), the layers it came
+    from, what its first rule found and the fix; and how many other op types report.md lists."""
+    stopped = [o for o in target.get("ops", []) if o.get("status") == "unsupported" and o.get("violations")]
+    if not stopped:
+        return None
+    first = next((o for o in stopped if o["type"] not in ISLAND_EDGES), stopped[0])
+    violation = first["violations"][0]
+    layers = first.get("source_layers") or []
+    where = f" (layer {', '.join(repr(name) for name in layers)})" if layers else ""
+    others = len({o["type"] for o in stopped} - {first["type"]})
+    more = f" ({others} more op type{'s' if others > 1 else ''} in report.md)" if others else ""
+    return (f"first unsupported op #{first['index']} {first['type']}{where}: {violation['detail']}; fix: "
+            f"{violation['fix']}{more}")
 
 
 def first_cause(report: rm.Report) -> str | None:

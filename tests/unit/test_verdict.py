@@ -227,3 +227,45 @@ def test_junit_stays_valid_xml_when_a_check_quotes_control_characters() -> None:
                                       "evaluation samples)")
     assert [c.get("name") for c in root.iter("testcase") if c.find("failure") is not None] == [
         "agreement.sqnr_db.o\ufffd[31m"]
+
+
+def _op(index: int, kind: str, status: str = "unsupported", layers: tuple[str, ...] = ()) -> dict[str, Any]:
+    found = [{"rule": f"generic-int8.{kind}.op_listed", "detail": f"{kind} detail", "fix": f"{kind} fix"}]
+    return {"index": index, "type": kind, "status": status, "violations": found if status != "supported" else [],
+            "source_layers": list(layers)}
+
+
+@pytest.mark.parametrize(("ops", "line"), [
+    # A float island: the op between the QUANTIZE and DEQUANTIZE is where it stops, with its layer.
+    ([_op(0, "CONV_2D", "supported"), _op(1, "DEQUANTIZE"), _op(2, "ELU", layers=("elu",)), _op(3, "QUANTIZE")],
+     "first unsupported op #2 ELU (layer 'elu'): ELU detail; fix: ELU fix (2 more op types in report.md)"),
+    ([_op(4, "NEG", layers=("ln", "gn")), _op(7, "NEG")],
+     "first unsupported op #4 NEG (layer 'ln', 'gn'): NEG detail; fix: NEG fix"),
+    ([_op(5, "DEQUANTIZE")], "first unsupported op #5 DEQUANTIZE: DEQUANTIZE detail; fix: DEQUANTIZE fix"),
+    ([_op(0, "SOFTMAX", "cpu_fallback")], None),
+    ([], None),
+])
+def test_a_failing_target_says_where_it_stops(ops: list[dict[str, Any]], line: str | None) -> None:
+    from edgeconv.report import first_unsupported
+
+    assert first_unsupported({"name": "generic-int8", "ops": ops}) == line
+
+
+def test_the_console_says_where_a_target_stops(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Under a failing target's line, its first unsupported op that is not a float island's edge, with the
+    rule's finding and fix: what a CI log shows without opening report.md."""
+    import shutil
+
+    from edgeconv.cli import main
+
+    from ..conftest import REPO
+
+    shutil.copy(REPO / "tests" / "data" / "sin-island.int8.tflite", tmp_path / "m.tflite")
+    (tmp_path / "p.yaml").write_text("version: 1\nmodel: {path: m.tflite}\ntargets: [generic-int8, arm-neon]\n")
+    assert main(["build", str(tmp_path / "p.yaml")]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("generic-int8: FAIL (2 supported, 0 cpu_fallback, 3 unsupported)")
+    assert lines[at + 1] == ("  first unsupported op #2 SIN: SIN has no entry in the generic-int8 op table; fix: "
+                             "Replace the op with one that has an int8 kernel, or move it out of the model (pre-/"
+                             "post-processing on the host). (2 more op types in report.md)")
+    assert lines[at + 2] == "arm-neon: PASS (5 supported, 0 cpu_fallback, 0 unsupported)"
