@@ -12,6 +12,7 @@ from typing import Any
 
 from .. import report_model as rm
 from ..errors import EdgeconvError, ModelFileError, rel
+from ..inputs import MAX_MODEL_BYTES, read_bytes
 
 STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
 ONNX_HINT = "pip install 'edgeconv[onnx]'"
@@ -27,8 +28,12 @@ def read_onnx(path: str | Path) -> rm.OnnxSummary:
     path = Path(path)
     if not path.is_file():
         raise ModelFileError(f"{rel(path)}: no such file")
+    data = read_bytes(path, MAX_MODEL_BYTES, ModelFileError, "model file")  # a regular file, at most 2 GiB
     try:
-        proto = onnx.load(str(path))
+        # The weights a model keeps in external files are not needed to list its ops, and are not read: a
+        # missing .data file is no reason to refuse the model, and the files a model names are its author's
+        # to choose.
+        proto = onnx.load_model_from_string(data)
     except Exception as exc:  # protobuf DecodeError and friends
         raise ModelFileError(f"{rel(path)}: not an ONNX model ({type(exc).__name__}: {exc})") from None
     if not proto.graph.node and not proto.graph.output:

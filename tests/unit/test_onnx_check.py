@@ -85,6 +85,24 @@ def _numbered(first: int, reverse: bool) -> Any:
     return model(nodes, inits)
 
 
+@pytest.mark.parametrize("location", ["weights.data", "../../../../../../dev/zero", "fifo.data"])
+def test_weights_in_external_files_are_not_read(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                location: str) -> None:
+    """A model whose weights are in a file beside it (missing here, outside the folder, a FIFO): its ops are
+    listed without reading them (a missing .data file made it "not an ONNX model")."""
+    import os
+
+    w = onnx.TensorProto(name="w", data_type=FLOAT, dims=[5, 5], data_location=onnx.TensorProto.EXTERNAL)
+    for key, value in (("location", location), ("length", str(8 << 30))):
+        w.external_data.add(key=key, value=value)
+    if location == "fifo.data":
+        os.mkfifo(tmp_path / location)
+    path = tmp_path / "ext.onnx"
+    path.write_bytes(model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], [w]).SerializeToString())
+    assert main(["check", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{path}: ONNX, opset ai.onnx 17, 1 ops", "  MatMul x1"]
+
+
 def test_canonical_form_does_not_depend_on_numbering_or_order() -> None:
     import onnxruntime as ort
 
