@@ -65,7 +65,7 @@ def _op_lines(target: rm.TargetVerdict) -> list[str]:
 def _cases(report: rm.Report) -> list[tuple[str, rm.Check]]:
     """The checks of a build as test cases (JUnit and the step summary's table): name and check."""
     # A warning is not a test; it is in the report and the annotations.
-    return [(f"target {c['target']}" if c["kind"] == "target" else c["id"], c)
+    return [(f"target {c['target']}" if c["kind"] == "target" and c.get("target") else c["id"], c)
             for c in report["gate"].get("checks", []) if c["outcome"] != "warn"]
 
 
@@ -119,7 +119,8 @@ def junit_xml(outcomes: Sequence[Outcome]) -> str:
                     skipped += 1
                 elif verdict.fails(c["outcome"]):
                     failure = ET.SubElement(case, "failure", type=c["kind"], message=c["sentence"])
-                    detail = _op_lines(targets[c["target"]]) if c["kind"] == "target" and c["target"] in targets else []
+                    target = targets.get(c.get("target") or "") if c["kind"] == "target" else None
+                    detail = _op_lines(target) if target is not None else []
                     failure.text = "\n".join([c["sentence"], *detail])
                     fails += 1
         suite.set("tests", str(cases))

@@ -204,7 +204,7 @@ def console_lines(report: rm.Report, served_in: float | None = None) -> list[str
     (its stage times are the cached build's, not this run's)."""
     gate = report["gate"]
     checks = gate.get("checks", [])
-    accel = {c["target"]: c for c in checks if c["kind"] == "accelerator"}
+    accel = {c["target"]: c for c in checks if c["kind"] == "accelerator" and c.get("target")}
     lines = []
     for t in report["targets"]:
         c = t["counts"]

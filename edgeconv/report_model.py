@@ -403,9 +403,9 @@ class Violation(TypedDict):
     rule: Annotated[str, Pattern(r"^[a-z0-9-]+\.[A-Z0-9_]+\.[a-z0-9_]+$")]
     text: Annotated[str, MinLength(1)]
     detail: str
-    fix: NotRequired[str]
-    effect: NotRequired[Annotated[str, OneOf(("cpu_fallback", "unsupported", "uncertain", "warning"))]]
-    source: NotRequired[str]
+    fix: str  # the report writes all three, and its readers (report.md, JUnit, the console) rely on them
+    effect: Annotated[str, OneOf(("cpu_fallback", "unsupported", "uncertain", "warning"))]
+    source: str
 
 
 class OpVerdict(TypedDict):

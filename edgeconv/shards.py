@@ -167,7 +167,9 @@ def _read(path: Path) -> dict[str, Any]:
     if isinstance(data, list) or not isinstance(data, dict) or data.get("format") != FORMAT:
         raise EdgeconvError(f"{rel(path)}: not an edgeconv results file of format {FORMAT} (written by edgeconv "
                             "build --results-json of this release)")
-    shard = data.get("shard")
+    if "shard" not in data:
+        raise EdgeconvError(f"{rel(path)}: shard is missing (null for a build of every pipeline)")
+    shard = data["shard"]
     if shard is not None:
         index, count = (shard.get("index"), shard.get("count")) if isinstance(shard, dict) else (None, None)
         if not (type(index) is int and type(count) is int and 1 <= index <= count <= MAX_SHARDS):

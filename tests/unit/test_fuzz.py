@@ -358,3 +358,60 @@ def test_sizes_that_would_only_exhaust_memory_are_refused_at_their_bound(tmp_pat
     with pytest.raises(EdgeconvError) as info:
         load_pipeline(tmp_path / "p.yaml")
     assert f"{tmp_path / 'p.yaml'}:2: {problem}" in str(info.value).splitlines()
+
+
+@pytest.fixture(scope="module")
+def results_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real results file (edgeconv build --results-json) of two .tflite pipelines, one failing a target."""
+    import shutil
+
+    from edgeconv.cli import main
+
+    root = tmp_path_factory.mktemp("results")
+    for name in ("conv2d-relu", "sin-island"):
+        shutil.copy(DATA / f"{name}.int8.tflite", root / f"{name}.tflite")
+        (root / f"{name}.yaml").write_text(f"version: 1\nmodel: {{path: {name}.tflite}}\n"
+                                           "targets: [generic-int8, arm-neon]\n")
+    with contextlib.redirect_stdout(None), contextlib.redirect_stderr(None):
+        code = main(["build", str(root / "conv2d-relu.yaml"), str(root / "sin-island.yaml"), "--no-cache", "-q",
+                     "--results-json", str(root / "results.json")])
+    assert code == 1
+    return root / "results.json"
+
+
+@pytest.mark.parametrize("shard", range(2))
+def test_mutated_results_files_are_merged_or_refused_never_crash(tmp_path: Path, shard: int, results_file: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """The results files `edgeconv summary` merges are artifacts of jobs that built a pull request: every field
+    of a real one (about 1,000) replaced by a kind of JSON value and deleted, through the merge, the JUnit and
+    the Markdown summary. A target check without its target, a violation without its effect and a file without
+    its shard key ended in exit 3."""
+    from edgeconv.cli import main
+
+    base = json.loads(results_file.read_text())
+    rng = random.Random(11)
+    codes: dict[int, int] = {}
+    for k, path in enumerate(_report_paths(base)):
+        for value in [rng.choice(REPORT_VALUES), KeyError]:
+            if (2 * k + (value is KeyError)) % 2 != shard:
+                continue
+            mutant = copy.deepcopy(base)
+            parent = mutant
+            for key in path[:-1]:
+                parent = parent[key]
+            if value is KeyError:
+                if isinstance(parent, dict):
+                    del parent[path[-1]]
+                else:
+                    parent.append(copy.deepcopy(parent[path[-1]]))
+            else:
+                parent[path[-1]] = value
+            (tmp_path / "r.json").write_text(json.dumps(mutant))
+            with deadline(CASE_SECONDS):
+                code = main(["summary", str(tmp_path / "r.json"), "--junit", str(tmp_path / "j.xml"),
+                             "--summary", str(tmp_path / "s.md")])
+            err = capsys.readouterr().err
+            assert code in (0, 1, 2), (path, value, err)
+            assert "internal error" not in err and "Traceback" not in err, (path, value)
+            codes[code] = codes.get(code, 0) + 1
+    assert codes.get(2, 0) > 0 and codes.get(1, 0) > 0, codes  # some refused, some merged (the build fails)

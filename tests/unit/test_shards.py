@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +177,12 @@ def _move_row(data: dict[str, Any]) -> None:
      "shard"),
     (["r1.json", "r2.json", "r3.json"], ("r2.json", lambda d: d.update(shard={"index": 0, "count": 3})),
      "r2.json: shard is {'index': 0, 'count': 3}"),
+    (["r1.json", "r2.json", "r3.json"], ("r2.json", lambda d: d.pop("shard")),
+     "r2.json: shard is missing (null for a build of every pipeline)"),
+    (["r1.json", "r2.json", "r3.json"], ("r2.json", lambda d: d["results"][1]["report_data"]["targets"][0]["ops"][
+        1]["violations"][0].pop("effect")),  # what JUnit lists for each op a target fails
+     "r2.json: pipelines/sin-island.yaml: not a valid edgeconv report: $.targets[0].ops[1].violations[0]: missing "
+     "'effect'"),
     (["r1.json", "r2.json", "r3.json"], ("r2.json", lambda d: d.update(format=1)),
      "r2.json: not an edgeconv results file of format 2 (written by edgeconv build --results-json of this release)"),
     (["r1.json", "r2.json", "r3.json"], ("r2.json", lambda d: d.update(pipelines="all")),
@@ -263,3 +270,17 @@ def test_the_regressions_against_the_baseline_come_first(zoo: Path, capsys: pyte
         f"- `pipelines/sin-island.yaml` (sin-island): {grew}\n\n| pipeline |")
     out = capsys.readouterr().out
     assert out.index("Regressions against the baseline") < out.index("Why")
+
+
+def test_a_target_check_without_its_target_is_named_by_its_id(sharded: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """`target` is optional in a check (only target checks carry it): one left out crashed the JUnit writer."""
+    def drop(d: dict[str, Any]) -> None:
+        for c in d["results"][1]["report_data"]["gate"]["checks"]:
+            c.pop("target", None)
+
+    _edit(sharded / "r2.json", drop)
+    assert main(["summary", "r1.json", "r2.json", "r3.json", "--junit", "merged.xml"]) == 1
+    capsys.readouterr()
+    names = [case.get("name") for case in ET.parse(sharded / "merged.xml").iter("testcase")]
+    assert "target.generic-int8" in names and "target generic-int8" in names  # this pipeline's, and the others'
