@@ -11,9 +11,9 @@ built is one test case with an error.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from . import verdict
 from ._record import record
@@ -177,17 +177,29 @@ def summary_rows(outcomes: Sequence[Outcome]) -> list[SummaryRow]:
             continue
         r = o.report
         targets = tuple((t["name"], verdict.target_passes(t, r["gate"]["checks"])) for t in r["targets"])
-        parity = "-"
         p = r.get("parity")
-        if p:
-            acc = p.get("accuracy")
-            sqnr = [m["built"]["sqnr_db"] for m in p["outputs"].values() if m["built"]["sqnr_db"]]
-            parity = (f"accuracy {acc['built']:.2%} (drop {acc['drop']['built'] * 100:.2f} points)" if acc
-                      else f"SQNR {min(sqnr):.1f} dB" if sqnr else "-")
+        parity = _parity_cell(p) if p else "-"
         report = rel(o.report_dir / "report.md") if o.report_dir else "-"
         rows.append(SummaryRow(rel(o.pipeline), result, o.cached, f"{r['tflite']['bytes']:,} B", targets, parity,
                                report))
     return rows
+
+
+def _parity_cell(p: Mapping[str, Any]) -> str:
+    """The built model's accuracy and its drop, else its worst SQNR, else "-". The report schema leaves the
+    accuracy's values open (its keys are the models compared), so they are read only when they are numbers:
+    a results file from another job may have been edited."""
+    acc = p.get("accuracy") or {}
+    drop = acc.get("drop") if isinstance(acc, dict) else None
+    built, lost = acc.get("built"), drop.get("built") if isinstance(drop, dict) else None
+    if _number(built) and _number(lost):
+        return f"accuracy {built:.2%} (drop {lost * 100:.2f} points)"
+    sqnr = [m["built"]["sqnr_db"] for m in p["outputs"].values() if m.get("built") and m["built"]["sqnr_db"]]
+    return f"SQNR {min(sqnr):.1f} dB" if sqnr else "-"
+
+
+def _number(value: Any) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def summary_notes(outcomes: Sequence[Outcome]) -> list[tuple[str, list[tuple[str, str]]]]:
