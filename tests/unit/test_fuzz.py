@@ -261,14 +261,13 @@ def _report_paths(node: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, 
         yield from _report_paths(value, (*path, key))
 
 
-def _report_mutants() -> Iterator[tuple[str, Any]]:
-    """Systematic: every field of a real report (about 1,045) replaced by a kind of JSON value (seeded: every
-    kind on hundreds of fields) and deleted (a list item duplicated); then deep nesting. About 2,100 cases."""
-    paths = list(_report_paths(REPORT))
-    rng = random.Random(7)
-    for path in paths:
+def _field_mutants(document: Any, seed: int) -> Iterator[tuple[tuple[Any, ...], Any]]:
+    """Every field of ``document`` replaced by a kind of JSON value (seeded: every kind on hundreds of fields),
+    then deleted (a list item duplicated): the field's path and the mutant, two a field."""
+    rng = random.Random(seed)
+    for path in list(_report_paths(document)):
         for value in [rng.choice(REPORT_VALUES), KeyError]:
-            mutant = copy.deepcopy(REPORT)
+            mutant = copy.deepcopy(document)
             parent = mutant
             for key in path[:-1]:
                 parent = parent[key]
@@ -279,7 +278,14 @@ def _report_mutants() -> Iterator[tuple[str, Any]]:
                     parent.append(copy.deepcopy(parent[path[-1]]))
             else:
                 parent[path[-1]] = value
-            yield ".".join(map(str, path)), mutant
+            yield path, mutant
+
+
+def _report_mutants() -> Iterator[tuple[str, Any]]:
+    """Systematic: every field of a real report (about 1,045) replaced and deleted (:func:`_field_mutants`);
+    then deep nesting. About 2,100 cases."""
+    for path, mutant in _field_mutants(REPORT, 7):
+        yield ".".join(map(str, path)), mutant
     deep: Any = 1
     for _ in range(200):
         deep = [deep]
@@ -393,29 +399,16 @@ def test_mutated_results_files_are_merged_or_refused_never_crash(tmp_path: Path,
     base = json.loads(results_file.read_text())
     if report == "digits":  # the first row holds the example's report (a passing build) instead
         base["results"][0].update(report_data=copy.deepcopy(REPORT), exit_code=0, verdict="pass", reasons=[])
-    rng = random.Random(11)
     codes: dict[int, int] = {}
-    for k, path in enumerate(_report_paths(base)):
-        for value in [rng.choice(REPORT_VALUES), KeyError]:
-            if (2 * k + (value is KeyError)) % 2 != shard:
-                continue
-            mutant = copy.deepcopy(base)
-            parent = mutant
-            for key in path[:-1]:
-                parent = parent[key]
-            if value is KeyError:
-                if isinstance(parent, dict):
-                    del parent[path[-1]]
-                else:
-                    parent.append(copy.deepcopy(parent[path[-1]]))
-            else:
-                parent[path[-1]] = value
-            (tmp_path / "r.json").write_text(json.dumps(mutant))
-            with deadline(CASE_SECONDS):
-                code = main(["summary", str(tmp_path / "r.json"), "--junit", str(tmp_path / "j.xml"),
-                             "--summary", str(tmp_path / "s.md")])
-            err = capsys.readouterr().err
-            assert code in (0, 1, 2), (path, value, err)
-            assert "internal error" not in err and "Traceback" not in err, (path, value)
-            codes[code] = codes.get(code, 0) + 1
+    for k, (path, mutant) in enumerate(_field_mutants(base, 11)):
+        if k % 2 != shard:  # the replacements in one shard, the deletions in the other
+            continue
+        (tmp_path / "r.json").write_text(json.dumps(mutant))
+        with deadline(CASE_SECONDS):
+            code = main(["summary", str(tmp_path / "r.json"), "--junit", str(tmp_path / "j.xml"),
+                         "--summary", str(tmp_path / "s.md")])
+        err = capsys.readouterr().err
+        assert code in (0, 1, 2), (path, k % 2, err)
+        assert "internal error" not in err and "Traceback" not in err, (path, k % 2)
+        codes[code] = codes.get(code, 0) + 1
     assert codes.get(2, 0) > 0 and codes.get(1, 0) > 0, codes  # some refused, some merged (one build fails)
