@@ -114,14 +114,19 @@ def granted_roots() -> list[Path]:
     return roots
 
 
-def leads_outside(path: Path, project: Path) -> bool:
-    """Whether ``path``, its links followed as a read would, lies outside ``project`` and every granted folder
-    (a loop of links leads nowhere readable: outside)."""
+def _held(path: Path, project: Path) -> tuple[Path, Path] | None:
+    """``path`` with its links followed, as a read would, and the folder that lets the pipeline read it (the
+    project or a granted one); None when none does (a loop of links leads nowhere readable: None too)."""
     try:
         real = path.resolve()
     except (OSError, ValueError):
-        return True
-    return not any(real.is_relative_to(root) for root in (project.resolve(), *granted_roots()))
+        return None
+    return next(((real, root) for root in (project.resolve(), *granted_roots()) if real.is_relative_to(root)), None)
+
+
+def leads_outside(path: Path, project: Path) -> bool:
+    """Whether ``path``, its links followed, lies outside ``project`` and every granted folder."""
+    return _held(path, project) is None
 
 
 GRANT = (f"move it into the project, or grant its folder in ${READ_ROOTS} (set by the workflow, never by a pull "
@@ -130,13 +135,15 @@ GRANT = (f"move it into the project, or grant its folder in ${READ_ROOTS} (set b
 
 def outside_project(path: Path, project: Path) -> str | None:
     """Why a pipeline of ``project`` may not read ``path``, or None: it lies outside the project and outside
-    every granted folder (:func:`leads_outside`). For a folder, a link anywhere below it that leads out counts
-    too (an image or array folder is read file by file)."""
+    every granted folder, or in a ``.git`` folder below the one that holds it (the project itself may lie
+    anywhere). For a folder, a link anywhere below it that leads out counts too (an image or array folder is
+    read file by file)."""
     where = f"outside the pipeline's project ({project})"
-    if leads_outside(path, project):
-        return f"is {where}: a pipeline reads only files in its project; {GRANT}"
     git = "a pipeline never reads git's own files (a clone's config holds its credentials)"
-    if _in_git_folder(path, project):
+    held = _held(path, project)
+    if held is None:
+        return f"is {where}: a pipeline reads only files in its project; {GRANT}"
+    if _in_git(*held):
         return f"is in a .git folder: {git}"
     if path.is_dir():
         for here, folders, files in os.walk(path):
@@ -145,22 +152,14 @@ def outside_project(path: Path, project: Path) -> str | None:
                 if not below.is_symlink():
                     continue
                 shown = repr(str(below.relative_to(path)))
-                if leads_outside(below, project):
+                held = _held(below, project)
+                if held is None:
                     return (f"holds {shown}, a link that leads {where}: a pipeline reads only files in its "
                             f"project; {GRANT}")
-                if _in_git_folder(below, project):
+                if _in_git(*held):
                     return f"holds {shown}, a link into a .git folder: {git}"
     return None
 
 
-def _in_git_folder(path: Path, project: Path) -> bool:
-    """Whether ``path`` (links followed) lies in a ``.git`` folder below the project or granted folder that
-    holds it (the project itself may lie anywhere)."""
-    try:
-        real = path.resolve()
-    except (OSError, ValueError):
-        return False
-    for root in (project.resolve(), *granted_roots()):
-        if real.is_relative_to(root):
-            return ".git" in real.relative_to(root).parts
-    return False
+def _in_git(real: Path, root: Path) -> bool:
+    return ".git" in real.relative_to(root).parts
