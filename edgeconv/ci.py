@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any
 
 from . import verdict
 from ._record import record
@@ -186,20 +186,17 @@ def summary_rows(outcomes: Sequence[Outcome]) -> list[SummaryRow]:
 
 
 def _parity_cell(p: Mapping[str, Any]) -> str:
-    """The built model's accuracy and its drop, else its worst SQNR, else "-". The report schema leaves the
-    accuracy's values open (its keys are the models compared), so they are read only when they are numbers:
-    a results file from another job may have been edited."""
-    acc = p.get("accuracy") or {}
-    drop = acc.get("drop") if isinstance(acc, dict) else None
-    built, lost = acc.get("built"), drop.get("built") if isinstance(drop, dict) else None
-    if _number(built) and _number(lost):
+    """The built model's accuracy and its drop, else its worst SQNR, else "-". Numbers only: the accuracy's
+    values are open in the report schema, and a results file from another job may have been edited."""
+    from .diff import number_at
+
+    acc = p.get("accuracy")
+    built = number_at(acc, "built")
+    lost = number_at(acc.get("drop") if isinstance(acc, Mapping) else None, "built")
+    if built is not None and lost is not None:
         return f"accuracy {built:.2%} (drop {lost * 100:.2f} points)"
     sqnr = [m["built"]["sqnr_db"] for m in p["outputs"].values() if m.get("built") and m["built"]["sqnr_db"]]
     return f"SQNR {min(sqnr):.1f} dB" if sqnr else "-"
-
-
-def _number(value: Any) -> TypeGuard[float]:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def summary_notes(outcomes: Sequence[Outcome]) -> list[tuple[str, list[tuple[str, str]]]]:

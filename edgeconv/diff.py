@@ -149,7 +149,8 @@ def diff(old: rm.Report, new: rm.Report) -> dict[str, Any]:
     out["warnings"] = _warnings(old, new, out)
     # The schema leaves parity.accuracy open (one share per model compared) and a parity pair optional: read
     # only what is there and has the type a share has.
-    acc_old, acc_new = (_share(p.get("accuracy") if (p := r.get("parity")) else None, "built") for r in (old, new))
+    acc_old, acc_new = (number_at(p.get("accuracy") if (p := r.get("parity")) else None, "built")
+                        for r in (old, new))
     if acc_old is not None and acc_new is not None:
         out["accuracy"] = _delta(acc_old, acc_new)
     parity_old, parity_new = (p["outputs"] if (p := r.get("parity")) else {} for r in (old, new))
@@ -160,7 +161,9 @@ def diff(old: rm.Report, new: rm.Report) -> dict[str, Any]:
     return out
 
 
-def _share(section: Any, key: str) -> float | None:
+def number_at(section: Any, key: str) -> float | None:
+    """``section[key]`` when ``section`` is a mapping and that value a number (not a bool), else None: the
+    report schema leaves some sections' values open (an accuracy's keys are the models compared)."""
     value = section.get(key) if isinstance(section, Mapping) else None
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
