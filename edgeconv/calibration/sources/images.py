@@ -56,7 +56,7 @@ def preprocess_image(image: Any, pre: Preprocess, size: tuple[int, int]) -> np.n
     if image.mode in WIDE_GRAY:
         # Pillow's convert() clips these at 255 (a 16-bit grayscale photo came out nearly all white); TF's
         # decode_png/decode_image, which Keras's image_dataset_from_directory reads with, keeps the high byte.
-        high = np.clip(np.asarray(image, dtype=np.int64), 0, 65535) >> 8
+        high = np.clip(np.asarray(image), 0, 65535) >> 8  # in its own dtype (uint16, or int32 for I): no copy in int64
         image = Image.fromarray(high.astype(np.uint8), "L")
     image = image.convert("L" if pre.color is ColorOrder.GRAYSCALE else "RGB")
     resample = {ResizeMethod.BILINEAR: Image.Resampling.BILINEAR, ResizeMethod.NEAREST: Image.Resampling.NEAREST,
