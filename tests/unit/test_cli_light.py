@@ -456,3 +456,31 @@ def test_a_pipeline_path_with_control_characters_is_left_to_rich_in_a_log(path: 
     console.print_table("edgeconv: FAIL", ("pipeline", "result"), rows, [], logged)
     console._rich_table("edgeconv: FAIL", ("pipeline", "result"), rows, [], by_rich, coloured=False)
     assert logged.getvalue() == by_rich.getvalue()
+
+
+GC_PROBE = """
+import gc, sys
+from edgeconv.cli import main, program
+if sys.argv[1] == "main":
+    code = main(sys.argv[2:])
+else:
+    sys.argv = ["edgeconv", *sys.argv[2:]]
+    code = program()
+print(code, gc.isenabled(), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(("entry", "argv", "after"), [
+    ("program", ["check", "tests/data/conv2d-relu.int8.tflite"], "0 False"),
+    ("program", ["check", "tests/data/dense.float32.tflite", "--format", "json"], "1 False"),
+    ("program", ["validate", "pipeline.yaml"], "0 True"),
+    ("program", ["targets", "list"], "0 True"),
+    ("main", ["check", "tests/data/conv2d-relu.int8.tflite"], "0 True"),
+])
+def test_check_runs_without_the_collector_only_as_the_process(entry: str, argv: list[str], after: str) -> None:
+    """The `edgeconv check` process leaves the collector off (cli._command: its passes over the parsed model
+    were all its collections did); every other command keeps it, and main() in a host program never touches
+    it."""
+    result = subprocess.run([sys.executable, "-c", GC_PROBE, entry, *argv], capture_output=True, text=True,
+                            cwd=REPO)
+    assert result.stderr.strip().splitlines()[-1] == after, result.stderr
