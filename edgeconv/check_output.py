@@ -20,8 +20,7 @@ def check_lines(path: Path, result: CheckResult, fmt: str, *, quiet: bool = Fals
     the diagnosis says), then the gate's reasons; ``fmt`` is ``text``, ``md`` or ``json``."""
     data = result.to_json()
     if fmt == "json":  # the report's targets section; with --reference-inputs, beside the runtimes' drift
-        return [json.dumps(data if result.drift is None else {"targets": data, "runtime_drift": result.drift},
-                           indent=2)]
+        return [json_text(data if result.drift is None else {"targets": data, "runtime_drift": result.drift})]
     from .report import drift_lines, target_lines, targets_markdown
     from .targets.diagnosis import diagnose
 
@@ -39,6 +38,37 @@ def check_lines(path: Path, result: CheckResult, fmt: str, *, quiet: bool = Fals
     if brief and not quiet:
         lines.append("(every op fails an integer target for that reason; per-op details: --format md or json)")
     return lines + drift_lines(result.drift) + [f"gate: {reason}" for reason in result.gate["reasons"]]
+
+
+ONE_LINE = ("ops", "blocking_ops")  # a target's lists of ops: an op a line
+
+
+def json_text(value: Any, pad: str = "") -> str:
+    """``value`` as ``json.dumps(value, indent=2)`` lays it out, except that each item of a list of ops
+    (:data:`ONE_LINE`) is one line: an op per line reads (and greps) better in a CI log than 15 lines an op,
+    and the one-line items are written by json's C encoder (the indented encoder is pure Python: 1.5 ms of a
+    check of MobileNetV2's 65 ops against two targets, against 0.4 ms)."""
+    if isinstance(value, dict) and value:
+        inner = pad + "  "
+        items = (f"{inner}{_key(key)}: " + (_one_per_line(item, inner) if key in ONE_LINE and isinstance(item, list)
+                                                   else json_text(item, inner)) for key, item in value.items())
+        return "{\n" + ",\n".join(items) + f"\n{pad}}}"
+    if isinstance(value, list) and value:
+        inner = pad + "  "
+        return "[\n" + ",\n".join(inner + json_text(item, inner) for item in value) + f"\n{pad}]"
+    return json.dumps(value)
+
+
+def _key(key: Any) -> str:
+    """A key as json writes it: always a string (``1`` is ``"1"``, ``True`` is ``"true"``)."""
+    return json.dumps(key if isinstance(key, str) else json.dumps(key))
+
+
+def _one_per_line(items: list[Any], pad: str) -> str:
+    if not items:
+        return "[]"
+    inner = pad + "  "
+    return "[\n" + ",\n".join(inner + json.dumps(item) for item in items) + f"\n{pad}]"
 
 
 def onnx_warnings(summary: rm.OnnxSummary) -> list[str]:

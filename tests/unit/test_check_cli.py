@@ -36,6 +36,38 @@ def test_json_is_the_report_targets_section_and_keeps_custom_codes() -> None:
     assert conv["macs"] == conv["gemm"]["m"] * conv["gemm"]["n"] * conv["gemm"]["k"] > 0
 
 
+def test_json_writes_each_op_on_one_line() -> None:
+    """The layout of indent=2, except that each op of a target is one line (and one JSON object)."""
+    result = run_edgeconv("check", ORACLES / "deeplabv3_mnv2_dm05_pascal_quant.tflite", "--target", "edgetpu",
+                          "--target", "arm-neon", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    lines = result.stdout.splitlines()
+    op_lines = [line for line in lines if line.startswith('      {"index": ')]
+    assert [json.loads(line.rstrip(",")) for line in op_lines] == [
+        op for t in data for op in (*t["ops"], *t.get("blocking_ops", ()))]
+    assert len(op_lines) == 2 * 72 + 1  # and the Edge TPU's one blocking op
+    assert lines[:3] == ["[", "  {", '    "name": "edgetpu",']
+    assert lines[-2:] == ["  }", "]"]
+    assert '    "counts": {' in lines and '      "supported": 64,' in lines
+
+
+@pytest.mark.parametrize("value", [
+    [], {}, [[]], [{}], {"ops": []}, {"ops": [{}]}, {"ops": 1.0}, {"ops": {"a": [1, {"b": None}]}},
+    {"x": {"ops": [{"a": [1, 2], "b": {"c": "d"}}, {"e": "\u00e9\n\"q\""}]}},
+    {7: "int key", True: "bool key", None: "none key", 2.5: "float key"},
+    [{"ops": [{"violations": [{"id": "x", "fix": "y"}]}]}, {"name": "t", "ops": []}],
+    "text", 0, -1.5, None, True,
+])
+def test_json_text_is_what_json_reads_back(value: object) -> None:
+    from edgeconv.check_output import json_text
+
+    text = json_text(value)
+    assert json.loads(text) == json.loads(json.dumps(value))
+    if '"ops": [\n' not in text:  # without a list of ops: json's own layout
+        assert text == json.dumps(value, indent=2)
+
+
 @pytest.mark.parametrize(("args", "code", "line"), [
     (["--target", "edgetpu"], 0,
      "edgetpu: PASS (64 supported, 8 cpu_fallback, 0 unsupported; 82.9% of MACs supported)"),
