@@ -1,20 +1,21 @@
-"""Frozen records: what ``dataclasses.dataclass(frozen=True)`` makes, at about a quarter of its import cost.
+"""Frozen records: what ``dataclasses.dataclass(frozen=True)`` makes, at about a ninth of its import cost.
 
 Python 3.11's dataclass compiles six methods per frozen class, each with its own ``exec`` (``__init__``,
-``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__``, ``__delattr__``): 0.42 ms a class of four fields, and
-edgeconv defines 88 of them. A command pays for every one its imports define: 24 for ``edgeconv check``, 54 for
-a build served from the cache (tests/unit/test_record.py measures the difference). ``record`` lets
-``dataclasses`` collect the fields (so ``dataclasses.fields``, ``replace`` and ``asdict`` work as before),
-compiles ``__init__`` alone, and gives the other five methods as closures over the field names: 0.11 ms a
-class.
+``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__``, ``__delattr__``): 0.44 ms a class of four fields, and
+edgeconv defines 88 of them. A command pays for every one its imports define: 23 for ``edgeconv check`` (its
+reader's 6 included), 54 for a build served from the cache (tests/unit/test_record.py measures the
+difference). ``record`` lets ``dataclasses`` collect the fields (so ``dataclasses.fields``, ``replace`` and
+``asdict`` work as before) and compiles nothing: ``__init__`` sets the fields of the calls records get
+directly, and compiles the dataclass's ``__init__`` for any other call, the first time one comes
+(:func:`_init`); the other five methods are closures over the field names. 0.05 ms a class.
 
 The methods behave as the frozen dataclass's (tested against it, field by field): ``__init__`` takes the
 fields with ``init=True`` in order, with their defaults and default factories, and sets the ``init=False``
-ones that have a default; ``__eq__`` compares the ``compare=True`` fields as a tuple between instances of the
-same class; ``__hash__`` hashes the fields whose ``hash`` (else ``compare``) is true; ``__repr__`` shows the
-``repr=True`` fields; assigning or deleting a field raises ``dataclasses.FrozenInstanceError``. A method the
-class defines itself is kept. Not supported (refused): ``InitVar`` pseudo-fields, ``__post_init__``,
-``kw_only`` fields.
+ones that have a default; a wrong call fails with the dataclass's message; ``inspect.signature`` gives the
+dataclass's; ``__eq__`` compares the ``compare=True`` fields as a tuple between instances of the same class;
+``__hash__`` hashes the fields whose ``hash`` (else ``compare``) is true; ``__repr__`` shows the ``repr=True``
+fields; assigning or deleting a field raises ``dataclasses.FrozenInstanceError``. A method the class defines
+itself is kept. Not supported (refused): ``InitVar`` pseudo-fields, ``__post_init__``, ``kw_only`` fields.
 """
 
 from __future__ import annotations
@@ -41,8 +42,93 @@ def _values(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
 
 
 def _init(cls: type, fields: list[dataclasses.Field[Any]]) -> Callable[..., None]:
-    """``cls.__init__``, compiled once: the init fields as parameters, every field with a value set through
-    ``object.__setattr__`` (the instance is frozen)."""
+    """``cls.__init__``.
+
+    The calls records get (each field without a default by position, the rest by position or left to
+    their defaults; or every init field by keyword, as ``dataclasses.replace`` calls it) set the values
+    straight into the instance's ``__dict__``, as fast as a compiled ``__init__`` (0.6 us for six fields).
+    Any other call (keywords and positions mixed, a wrong call) goes to the ``__init__`` dataclasses would
+    write (:func:`_compiled_init`), compiled on the first such call: compiling it took 0.22 ms a class, cold,
+    4 ms of ``edgeconv check`` for its 17 records, and most records are never called that way. So a wrong
+    call fails with Python's own message for that ``__init__``; ``inspect.signature(cls)`` is the
+    dataclass's all the same (:class:`_Signature`)."""
+    made: list[Callable[..., None]] = []
+
+    def compiled() -> Callable[..., None]:
+        if not made:
+            made.append(_compiled_init(cls, fields))
+        return made[0]
+
+    if "__slots__" in cls.__dict__:  # no instance __dict__ to fill
+        return _compiled_init(cls, fields)
+    init_fields = [f for f in fields if f.init]
+    names = tuple(f.name for f in init_fields)
+    keys = frozenset(names)
+    count = len(names)
+    required = sum(1 for f in init_fields if f.default is _MISSING and f.default_factory is _MISSING)
+    # A dataclass puts every init field without a default first (else "non-default argument follows
+    # default argument"): those after the first ``required`` all have one.
+    defaults = tuple((f.name, f.default, f.default_factory) for f in init_fields[required:])
+    derived = tuple((f.name, f.default, f.default_factory) for f in fields
+                    if not f.init and (f.default is not _MISSING or f.default_factory is not _MISSING))
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        given = len(args)
+        if kwargs:
+            if given or len(kwargs) != count or kwargs.keys() != keys:
+                return compiled()(self, *args, **kwargs)
+            values = self.__dict__
+            values.update(kwargs)
+        elif required <= given <= count:
+            values = self.__dict__
+            values.update(zip(names, args))
+            for name, default, factory in defaults[given - required:]:
+                values[name] = default if factory is _MISSING else factory()
+        else:
+            return compiled()(self, *args, **kwargs)
+        for name, default, factory in derived:
+            values[name] = default if factory is _MISSING else factory()
+        return None
+
+    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    return __init__
+
+
+class _Factory:
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+_FACTORY = _Factory()  # a default factory in a signature, as dataclasses shows it
+
+
+class _Signature:
+    """A record's ``__signature__`` (what ``inspect.signature`` reads), the frozen dataclass's: its init
+    fields with their types and defaults, made when first asked for. Only for the record itself: a subclass
+    has its own fields or ``__init__``."""
+
+    def __init__(self, cls: type, fields: list[dataclasses.Field[Any]]) -> None:
+        self.cls = cls
+        self.fields = fields
+        self.made: Any = None
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if owner is not self.cls:
+            raise AttributeError("__signature__")
+        if self.made is None:
+            import inspect
+
+            empty, kind = inspect.Parameter.empty, inspect.Parameter.POSITIONAL_OR_KEYWORD
+            self.made = inspect.Signature(
+                [inspect.Parameter(f.name, kind, annotation=f.type, default=(
+                    f.default if f.default is not _MISSING else _FACTORY if f.default_factory is not _MISSING
+                    else empty)) for f in self.fields if f.init], return_annotation=None)
+        return self.made
+
+
+def _compiled_init(cls: type, fields: list[dataclasses.Field[Any]]) -> Callable[..., None]:
+    """``cls.__init__`` as dataclasses writes it, compiled: the init fields as parameters, every field with a
+    value set through ``object.__setattr__`` (the instance is frozen)."""
     scope: dict[str, Any] = {"__setattr": object.__setattr__, "__MISSING": _MISSING}
     params: list[str] = []
     body: list[str] = []
@@ -96,6 +182,7 @@ def record(cls: type[T]) -> type[T]:
     names = frozenset(f.name for f in fields)
     init = _init(cls, fields)
     cls.__init__ = init  # type: ignore[method-assign]
+    cls.__signature__ = _Signature(cls, fields)  # type: ignore[attr-defined]
     if not documented:
         cls.__doc__ = f"{cls.__name__}({', '.join(_param(f) for f in fields if f.init)})"
 
