@@ -51,13 +51,16 @@ def build_model(folder: Path) -> Path:
     return build(folder / "p.yaml").tflite_path
 
 
-def cpu_of(command: list[str]) -> tuple[float, float]:
-    """Wall and CPU seconds (user + system) of a fresh process running ``command``."""
+def cpu_of(command: list[str], tree: Path | None = None) -> tuple[float, float]:
+    """Wall and CPU seconds (user + system) of a fresh process running ``command`` (with ``tree``: the
+    edgeconv of that checkout, first on its path)."""
     import resource
 
+    env = None if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(command, check=False, capture_output=True)
+    # From a neutral folder: `python -m` and `-c` put the working folder first on the path.
+    subprocess.run(command, check=False, capture_output=True, env=env, cwd=tempfile.gettempdir())
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -90,13 +93,17 @@ def main() -> None:
     parser.add_argument("--model", type=Path, help="an int8 .tflite to check instead of building MobileNetV2")
     parser.add_argument("--analyzer-cpu-runs", type=int, default=3,
                         help="fresh Analyzer processes timed by CPU, each beside an `edgeconv check` (0: none)")
+    parser.add_argument("--baseline", type=Path, metavar="DIR",
+                        help="another checkout of edgeconv (a worktree of an earlier commit): its `check` and "
+                             "listing take turns with this one's")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model or build_model(Path(tmp))
         size = model.stat().st_size
         cli = [sys.executable, "-m", "edgeconv", "check", str(model), "--target", "edgetpu", "--target", "arm-neon",
                "--format", "json"]
-        probe = "import sys; from edgeconv.cli import main; main(sys.argv[1:]); assert 'tensorflow' not in sys.modules"
+        probe = ("import sys; from edgeconv.cli import program; sys.argv[0] = 'edgeconv'; program(); "
+                 "assert 'tensorflow' not in sys.modules")
         check_cli = timed(lambda: subprocess.run([sys.executable, "-c", probe, *cli[3:]], check=False,
                                                  capture_output=True), args.repeat)
         turns = [(cpu_of(cli)[1], cpu_of([sys.executable, "-c", FLOOR, str(model)])[1],
@@ -105,6 +112,17 @@ def main() -> None:
         print(f"fresh processes, CPU s (median of {args.repeat}, taking turns): edgeconv check {check_cpu:.3f}; "
               f"reading and listing op types with edgeconv's reader {floor_cpu:.3f} ({check_cpu / floor_cpu:.2f}x), "
               f"with flatc's generated reader {flatc_cpu:.3f} ({check_cpu / flatc_cpu:.2f}x)")
+        if args.baseline:
+            here = Path(__file__).resolve().parent.parent
+            pairs: dict[Path, list[tuple[float, float]]] = {}
+            for _ in range(args.repeat):
+                for tree in (args.baseline, here):
+                    pairs.setdefault(tree, []).append(
+                        (cpu_of(cli, tree)[1], cpu_of([sys.executable, "-c", FLOOR, str(model)], tree)[1]))
+            for tree, runs in pairs.items():
+                mine, floor = (statistics.median(r[i] for r in runs) for i in range(2))
+                print(f"{tree}: edgeconv check {mine * 1000:.1f} ms CPU, its reader's listing {floor * 1000:.1f} ms "
+                      f"({mine / floor:.2f}x; median of {args.repeat}, the two checkouts taking turns)")
         if args.analyzer_cpu_runs:
             runs = [(cpu_of(cli)[1], cpu_of([sys.executable, "-c", ANALYZER, str(model)])[1])
                     for _ in range(args.analyzer_cpu_runs)]
