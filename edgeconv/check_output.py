@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import markdown as md
 from .errors import rel
 from .results import CheckResult
 
@@ -26,11 +27,12 @@ def check_lines(path: Path, result: CheckResult, fmt: str, *, quiet: bool = Fals
 
     found = diagnose(result.model)
     if fmt == "md":
-        said = [f"**Model:** {found.sentence}", ""] if found is not None else []
+        said = [f"**Model:** {md.text(found.sentence)}", ""] if found is not None else []
         table = targets_markdown(data, result.gate["checks"])
         from .report import drift_markdown
 
-        return ["\n".join([f"# edgeconv check: {rel(path)}", "", *said, *table, "", *drift_markdown(result.drift)])]
+        return ["\n".join([f"# edgeconv check: {md.text(rel(path))}", "", *said, *table, "",
+                           *drift_markdown(result.drift)])]
     lines = [f"model: {found.sentence}"] if found is not None and not quiet else []
     brief = (found is not None and found.explains_every_op) or quiet
     for t in data:
@@ -87,7 +89,7 @@ def onnx_lines(path: Path, summary: rm.OnnxSummary, warnings: Sequence[str], fmt
     if fmt == "json":
         return [json.dumps(data, indent=2)]
     if fmt == "md":
-        return ["\n".join([f"# edgeconv check: {rel(path)}", "", *onnx_model_markdown(data)])]
+        return ["\n".join([f"# edgeconv check: {md.text(rel(path))}", "", *onnx_model_markdown(data)])]
     opsets = ", ".join(f"{k} {v}" for k, v in summary["opsets"].items())
     return [f"{rel(path)}: ONNX, opset {opsets}, {sum(summary['ops'].values())} ops",
             *(f"  {op} x{count}" for op, count in summary["ops"].items()), *(f"warning: {w}" for w in warnings)]

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import markdown as md
 from . import verdict
 from ._record import record
 from .errors import rel
@@ -80,17 +81,13 @@ def checks_markdown(outcomes: Sequence[Outcome]) -> str:
             continue
         cases = sorted(_cases(o.report), key=lambda nc: order.get(nc[1]["outcome"], 1))
         failed = sum(verdict.fails(c["outcome"]) for _, c in cases)
-        title = f"{rel(o.pipeline)} ({o.name}): {len(cases)} checks, {failed} failed (JUnit)"
+        title = md.html(f"{rel(o.pipeline)} ({o.name}): {len(cases)} checks, {failed} failed (JUnit)")
         lines += ["", f"<details{' open' if failed else ''}><summary>{title}</summary>", "",
                   "| check | result | |", "|---|---|---|"]
-        lines += [f"| `{name}` | {mark.get(c['outcome'], c['outcome'])} | {_cell(c['sentence'])} |"
-                  for name, c in cases]
+        lines += [f"| {md.code(name, cell=True)} | {mark.get(c['outcome']) or md.text(c['outcome'])} | "
+                  f"{md.text(c['sentence'])} |" for name, c in cases]
         lines += ["", "</details>"]
     return "\n".join(lines).lstrip("\n") + ("\n" if lines else "")
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def junit_xml(outcomes: Sequence[Outcome]) -> str:
@@ -234,16 +231,17 @@ def summary_markdown(outcomes: Sequence[Outcome]) -> str:
     lines = [f"## edgeconv: {word}", ""]
     worse = regressions(outcomes)
     if worse:
-        lines += ["### Regressions against the baseline", "", *(f"- `{p}`{rest}" for p, rest in worse), ""]
+        lines += ["### Regressions against the baseline", "", *(f"- {md.code(p)}{md.text(rest)}" for p, rest in worse),
+                  ""]
     lines += ["| pipeline | result | size | targets | parity | report |", "|---|---|---|---|---|---|"]
     for row in summary_rows(outcomes):
-        targets = ", ".join(f"{name} {'✅' if ok else '❌'}" for name, ok in row.targets) or "-"
-        report = f"`{row.report}`" if row.report != "-" else "-"
-        lines.append(f"| `{row.pipeline}` | **{row.result}**{' (cached)' if row.cached else ''} | {row.size} | "
-                     f"{targets} | {row.parity} | {report} |")
+        targets = ", ".join(f"{md.text(name)} {'✅' if ok else '❌'}" for name, ok in row.targets) or "-"
+        report = md.code(row.report, cell=True) if row.report != "-" else "-"
+        lines.append(f"| {md.code(row.pipeline, cell=True)} | **{row.result}**{' (cached)' if row.cached else ''} | "
+                     f"{row.size} | {targets} | {row.parity} | {report} |")  # parity: edgeconv's numbers or "-"
     for title, notes in summary_notes(outcomes):
         lines += ["", f"### {title}", ""]
-        lines += [f"- `{pipeline}`{rest}" for pipeline, rest in notes]
+        lines += [f"- {md.code(pipeline)}{md.text(rest)}" for pipeline, rest in notes]
     return "\n".join(lines) + "\n"
 
 

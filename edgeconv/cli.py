@@ -416,7 +416,9 @@ def _diff(args: argparse.Namespace) -> int:
     else:
         lines = diff_markdown(changes, failed)
         if args.format == "md":
-            lines = [f"# edgeconv diff: {rel(args.old)} -> {rel(args.new)}", "", *lines]
+            from . import markdown as md
+
+            lines = [f"# edgeconv diff: {md.text(rel(args.old))} -> {md.text(rel(args.new))}", "", *lines]
         print("\n".join(lines).rstrip())
     return EXIT_GATE if failed else EXIT_OK
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import markdown as md
 from . import verdict
 from ._record import record
 from .errors import EdgeconvError, rel
@@ -232,16 +233,17 @@ def regressions(d: Mapping[str, Any], gates: RegressionGates) -> list[str]:
 def diff_markdown(d: Mapping[str, Any], reasons: list[str] | None = None) -> list[str]:
     """The change for a person (a PR comment, the report's baseline section)."""
     size = d["size"]
-    lines = [f"Model: {'unchanged' if d['same_model'] else 'changed'} (`{d['old']['sha256'][:12]}` -> "
-             f"`{d['new']['sha256'][:12]}`); size {size['old']:,} -> {size['new']:,} bytes "
-             f"({size['delta']:+,}); gate {d['gate']['old'].upper()} -> {d['gate']['new'].upper()}.", ""]
+    lines = [f"Model: {'unchanged' if d['same_model'] else 'changed'} ({md.code(d['old']['sha256'][:12])} -> "
+             f"{md.code(d['new']['sha256'][:12])}); size {size['old']:,} -> {size['new']:,} bytes "
+             f"({size['delta']:+,}); gate {md.text(d['gate']['old'].upper())} -> {md.text(d['gate']['new'].upper())}.",
+             ""]
     warnings = d.get("warnings", [])
     if warnings:
-        lines = [*(f"> **Warning:** {w}" for w in warnings), "", *lines]
+        lines = [*(f"> **Warning:** {md.text(w)}" for w in warnings), "", *lines]
     if d["gate"].get("newly_failed"):
-        lines.append(f"- checks that newly fail: {', '.join(f'`{c}`' for c in d['gate']['newly_failed'])}")
+        lines.append(f"- checks that newly fail: {', '.join(md.code(c) for c in d['gate']['newly_failed'])}")
     if d["gate"].get("fixed"):
-        lines.append(f"- checks that no longer fail: {', '.join(f'`{c}`' for c in d['gate']['fixed'])}")
+        lines.append(f"- checks that no longer fail: {', '.join(md.code(c) for c in d['gate']['fixed'])}")
     if d["ops"]["added"] or d["ops"]["removed"]:
         lines += [f"- ops added: {_counts(d['ops']['added'])}", f"- ops removed: {_counts(d['ops']['removed'])}"]
     if d["arena"]["delta"] is not None:
@@ -254,25 +256,25 @@ def diff_markdown(d: Mapping[str, Any], reasons: list[str] | None = None) -> lis
         s, t = per["sqnr_db"], per["top1_agreement"]
         sq = f"{s['old']:.1f} -> {s['new']:.1f} dB" if s["delta"] is not None else "-"
         top = f"{t['old']:.2%} -> {t['new']:.2%}" if t["delta"] is not None else "-"
-        lines.append(f"- output `{name}`: SQNR {sq}, top-1 agreement {top}")
+        lines.append(f"- output {md.code(name)}: SQNR {sq}, top-1 agreement {top}")
     lines += ["", "| target | verdict | supported | cpu_fallback | unsupported | newly not supported | fixed |",
               "|---|---|---|---|---|---|---|"]
     for t in d["targets"]:
         oc, nc = t["old_counts"] or {}, t["new_counts"]
-        cells = [f"{oc.get(k, '-')} -> {nc[k]}" for k in ("supported", "cpu_fallback", "unsupported")]
+        cells = [f"{oc.get(k, '-')} -> {nc[k]}" for k in ("supported", "cpu_fallback", "unsupported")]  # integers
         new = _counts({**t["new_cpu_fallback"], **t["new_unsupported"]})
         fixed = _counts({**t["fixed_cpu_fallback"], **t["fixed_unsupported"]})
-        lines.append(f"| {t['name']} | {(t['old_verdict'] or '-').upper()} -> {t['new_verdict'].upper()} | "
+        lines.append(f"| {md.text(t['name'])} | {(t['old_verdict'] or '-').upper()} -> {t['new_verdict'].upper()} | "
                      f"{' | '.join(cells)} | {new} | {fixed} |")
     for name in d.get("targets_removed", []):
-        lines.append(f"| {name} | not checked any more | - | - | - | - | - |")
+        lines.append(f"| {md.text(name)} | not checked any more | - | - | - | - | - |")
     if reasons is not None:
-        lines += [""] + ([f"- **regression**: {r}" for r in reasons] or ["No regression gate failed."])
+        lines += [""] + ([f"- **regression**: {md.text(r)}" for r in reasons] or ["No regression gate failed."])
     return [*lines, ""]
 
 
 def _counts(counts: Mapping[str, int]) -> str:
-    return ", ".join(f"{k} x{v}" for k, v in counts.items()) or "-"
+    return ", ".join(f"{md.text(k)} x{v}" for k, v in counts.items()) or "-"
 
 
 def against_baseline(body: rm.Report, baseline: rm.Report, checks: Sequence[verdict.Check],

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import markdown as md
 from .converters.tflite_reader import TensorInfo, TFLiteModel
 from .targets.checker import OpResult, TargetResult
 from .targets.parameter_memory import memory_line
@@ -310,11 +311,12 @@ def diagnosis_markdown(found: rm.Diagnosis | None) -> list[str]:
     if not found:
         return []
     lines = ["## Why the gates fail", "",
-             f"The causes of {', '.join(f'`{f}`' for f in found['failed'])}, ranked: confirmed ones first (an "
+             f"The causes of {', '.join(md.code(f) for f in found['failed'])}, ranked: confirmed ones first (an "
              "input's quantization alone gives at least half the INT8 model's error, or the tensor's op is among the 3 "
              "that add the most error), then the op that adds the most error, then what was found but not "
              "confirmed.", "", "| rank | cause | confirmed | what | fix |", "|---|---|---|---|---|"]
-    lines += [f"| {c['rank']} | `{c['id']}` | {'yes' if c['confirmed'] else 'no'} | {_esc(c['sentence'])} | "
+    lines += [f"| {c['rank']} | {md.code(c['id'], cell=True)} | {'yes' if c['confirmed'] else 'no'} | "
+              f"{_esc(c['sentence'])} | "
               f"{_esc(c['fix'])} |" for c in found["causes"]]
     return [*lines, ""]
 
@@ -326,11 +328,10 @@ def dumps(report: rm.Report) -> str:
 # -- Markdown -----------------------------------------------------------------------------------
 
 def _fmt_counts(counts: Mapping[str, int]) -> str:
-    return ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())) or "nothing"
+    return ", ".join(f"{md.text(k)} x{v}" for k, v in sorted(counts.items())) or "nothing"
 
 
-def _esc(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+_esc = md.text  # text from the inputs (names, paths, the sentences made of them), shown as its characters
 
 
 def targets_markdown(targets: Sequence[rm.TargetVerdict], checks: Sequence[rm.Check] = ()) -> list[str]:
@@ -341,20 +342,21 @@ def targets_markdown(targets: Sequence[rm.TargetVerdict], checks: Sequence[rm.Ch
     for t in targets:
         c = t["counts"]
         word = "PASS" if target_passes(t, checks) else "FAIL"
-        lines.append(f"| {t['name']} | **{word}** | {c['supported']} | {c.get('uncertain', 0)} | "
+        lines.append(f"| {_esc(t['name'])} | **{word}** | {c['supported']} | {c.get('uncertain', 0)} | "
                      f"{c['cpu_fallback']} | {c['unsupported']} | {t['warnings']} | {t['shares']['macs']:.1%} |")
     for t in targets:
         if t.get("error"):
-            lines += ["", f"**{t['name']}: no verdict.** {_esc(t['error'])}"]
+            lines += ["", f"**{_esc(t['name'])}: no verdict.** {_esc(t['error'])}"]
         estimated = estimates_line(t)
         if estimated is not None:
             lines += ["", _esc(estimated)]
     for t in targets:
         blocking = t.get("first_blocking_op")
         if blocking:
-            where = ", ".join(blocking.get("source_layers", [])) or "-"
-            lines += ["", f"**{t['name']}: first blocking op #{blocking['index']} {blocking['type']}** (layers: "
-                      f"{_esc(where)}): {_esc('; '.join(blocking['reasons']))}. Every op that depends on it runs "
+            where = _esc(", ".join(blocking.get("source_layers", []))) or "-"
+            lines += ["", f"**{_esc(t['name'])}: first blocking op #{blocking['index']} {_esc(blocking['type'])}** "
+                      "(layers: "
+                      f"{where}): {_esc('; '.join(blocking['reasons']))}. Every op that depends on it runs "
                       "on the CPU."]
         groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
         for op in t["ops"]:
@@ -363,14 +365,15 @@ def targets_markdown(targets: Sequence[rm.TargetVerdict], checks: Sequence[rm.Ch
                     groups.setdefault((op["type"], v["rule"], v["effect"]), []).append({**op, "v": v})
         if not groups:
             continue
-        lines += ["", f"### Ops not fully supported by {t['name']}", "",
+        lines += ["", f"### Ops not fully supported by {_esc(t['name'])}", "",
                   "| op type | effect | rule | reason (first seen) | ops | source layers | fix |",
                   "|---|---|---|---|---|---|---|"]
         for (op_type, rule, status), ops in sorted(groups.items()):
             first = ops[0]["v"]
             indices = ", ".join(f"#{o['index']}" for o in ops[:8]) + (" ..." if len(ops) > 8 else "")
             layers = sorted({layer for o in ops for layer in o.get("source_layers", [])})
-            lines.append(f"| {op_type} | {status} | `{rule}` | {_esc(first['text'])} Observed: "
+            lines.append(f"| {_esc(op_type)} | {_esc(status)} | {md.code(rule, cell=True)} | {_esc(first['text'])} "
+                         "Observed: "
                          f"{_esc(first['detail'])} | {indices} | {_esc(', '.join(layers)) or '-'} | "
                          f"{_esc(first['fix']) or '-'} |")
     return lines
@@ -380,7 +383,7 @@ def _engine_text(q: rm.Quantization) -> str:
     """How AI Edge Quantizer quantized the model, when it did."""
     if q.get("engine") != "ai-edge-quantizer":
         return ""
-    parts = [f"int16 activations for {', '.join(q['int16_ops'])}"] if q.get("int16_ops") else []
+    parts = [f"int16 activations for {_esc(', '.join(q['int16_ops']))}"] if q.get("int16_ops") else []
     if q.get("range_percentile") is not None:
         parts.append(f"activation ranges at the {q['range_percentile']:g}th percentile")
     return ", quantized by AI Edge Quantizer" + (f" ({'; '.join(parts)})" if parts else "")
@@ -391,14 +394,15 @@ def to_markdown(report: rm.Report) -> str:
     tfl = report["artifacts"]["tflite"]
     q = report["quantization"]
     model = report["model"]
-    how = (f"{q['mode']}, {q['input_type']} in / {q['output_type']} out"
-           + (f", float kept for {', '.join(q['keep_float'])}" if q.get("keep_float") else "")
+    how = (_esc(f"{q['mode']}, {q['input_type']} in / {q['output_type']} out")
+           + (f", float kept for {_esc(', '.join(q['keep_float']))}" if q.get("keep_float") else "")
            + _engine_text(q) if q is not None else "an existing .tflite, checked as it is")
-    lines = [f"# edgeconv report: {report['name']}", "",
-             f"**Gate: {gate['verdict'].upper()}**. Built `{tfl['path']}` ({tfl['bytes']:,} bytes, {how}) from "
-             f"`{model['path']}` ({model['format']}).", ""]
+    lines = [f"# edgeconv report: {_esc(report['name'])}", "",
+             f"**Gate: {_esc(gate['verdict'].upper())}**. Built {md.code(tfl['path'])} ({tfl['bytes']:,} bytes, "
+             f"{how}) from "
+             f"{md.code(model['path'])} ({_esc(model['format'])}).", ""]
     for reason in gate["reasons"]:
-        lines.append(f"- {reason}")
+        lines.append(f"- {_esc(reason)}")
     if gate["reasons"]:
         lines.append("")
     lines += [f"- **loosened**: {_esc(note)}" for note in gate.get("disabled", [])]
@@ -406,8 +410,8 @@ def to_markdown(report: rm.Report) -> str:
         lines.append("")
     if gate.get("checks"):
         lines += ["## Verdict", "", "| check | outcome | measured | limit | |", "|---|---|---|---|---|"]
-        lines += [f"| `{c['id']}` | {c['outcome']} | {_cell(c['measured'])} | {_cell(c['limit'])} | "
-                  f"{_esc(c['sentence'])} |" for c in gate["checks"]]
+        lines += [f"| {md.code(c['id'], cell=True)} | {_esc(c['outcome'])} | {_cell(c['measured'])} | "
+                  f"{_cell(c['limit'])} | {_esc(c['sentence'])} |" for c in gate["checks"]]
         lines.append("")
     if model.get("notes"):
         lines += ["## Loading", ""] + [f"- {_esc(n)}" for n in model["notes"]] + [""]
@@ -427,7 +431,7 @@ def to_markdown(report: rm.Report) -> str:
     if eq is not None:
         lines += ["## Passes changed nothing that matters", "",
                   f"Max abs difference between the model in inference mode and the cleaned graph over "
-                  f"{eq['samples']} {eq.get('inputs', 'calibration samples')}:"
+                  f"{eq['samples']} {_esc(eq.get('inputs', 'calibration samples'))}:"
                   f" **{eq['max_abs_diff']:.3g}** (limit {eq['tolerance']:g}): "
                   f"{'ok' if eq['passed'] else 'FAILED'}.", ""]
     lines += verification_markdown(report)
@@ -438,7 +442,7 @@ def to_markdown(report: rm.Report) -> str:
         lines += ["## Calibration", ""]
         if cal["warnings"]:
             lines += [f"**{len(cal['warnings'])} warning(s)** about the calibration data:", ""]
-            lines += [f"- `{w['check']}`: {_esc(w['message'])}" for w in cal["warnings"]]
+            lines += [f"- {md.code(w['check'])}: {_esc(w['message'])}" for w in cal["warnings"]]
             lines.append("")
         lines += _data_markdown(cal)
         ev = report.get("evaluation")
@@ -450,11 +454,13 @@ def to_markdown(report: rm.Report) -> str:
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value) if isinstance(value, int) else _esc(value)
 
 
 def _culprit_where(c: rm.Culprit) -> str:
-    where = _esc(", ".join(c["source_layers"])) or f"`{_esc(c['tensor'])}`"
+    where = _esc(", ".join(c["source_layers"])) or md.code(c["tensor"], cell=True)
     return f"{where} (model output)" if c["model_output"] else where
 
 
@@ -473,7 +479,7 @@ def repair_markdown(found: rm.Repair | None) -> list[str]:
     """The repair search: each trial with its costs, the chosen one and its snippet."""
     if not found:
         return []
-    lines = ["## Repair", "", found["summary"] + ".", ""]
+    lines = ["## Repair", "", _esc(found["summary"]) + ".", ""]
     cause = found.get("as_configured")
     if cause is not None:
         lines += ["The build as configured (before the change):", ""]
@@ -481,22 +487,21 @@ def repair_markdown(found: rm.Repair | None) -> list[str]:
         lines += [f"- calibration finding{' (severe)' if f['severe'] else ''}: {_esc(f['message'])}"
                   for f in cause["findings"]]
         lines.append("")
-    lines += [f"- not tried: {why}" for why in found["skipped"]] + ([""] if found["skipped"] else [])
+    lines += [f"- not tried: {_esc(why)}" for why in found["skipped"]] + ([""] if found["skipped"] else [])
     if found["snippet"]:
         lines += ["The output is built with this change; add it to the pipeline (merge the keys into the sections "
-                  "it names) to build the same bytes without the search:", "", "```yaml",
-                  found["snippet"].rstrip(), "```", ""]
+                  "it names) to build the same bytes without the search:", "", *md.fenced(found["snippet"], "yaml"), ""]
     samples = found.get("samples")
     if samples:
         lines += [f"The trials are compared on {samples['chosen_on']} evaluation samples; the last "
                   f"{samples['held_back']} are held back: the winner is validated on them (`held back`).", ""]
     targets = sorted({t for trial in found["trials"] for t in trial["mac_share"]})
     lines += ["| trial | change | gates | accuracy | SQNR (dB) | top-1 agreement | "
-              + " | ".join(f"MACs supported on {t}" for t in targets) + " | bytes | s | held back |",
+              + " | ".join(f"MACs supported on {_esc(t)}" for t in targets) + " | bytes | s | held back |",
               "|---|---|---|---|---|---|" + "---|" * len(targets) + "---|---|---|"]
     for t in found["trials"]:
         mark = " **(chosen)**" if t["trial"] == found["chosen"] else ""
-        mark += f" (interface: {t['interface_change']})" if t.get("interface_change") else ""
+        mark += f" (interface: {_esc(t['interface_change'])})" if t.get("interface_change") else ""
         gates = "pass" if t["passes_gates"] else "fail: " + "; ".join(t["failed"])
         lines.append(f"| {t['trial']}{mark} | {_esc(t['change'])} | {_esc(gates)} | {_num(t['accuracy'], '.2%')} | "
                      + ", ".join(_num(v, ".1f") for v in t["sqnr_db"].values()) + " | "
@@ -512,7 +517,8 @@ def verification_markdown(report: rm.Report) -> list[str]:
     parity = report.get("parity")
     if parity is not None:
         lines += ["## Parity: source model vs float .tflite vs built .tflite", "",
-                  f"On {parity['samples']} {parity.get('data', 'evaluation')} samples; the source model in inference "
+                  f"On {parity['samples']} {_esc(parity.get('data', 'evaluation'))} samples; the source model in "
+                  "inference "
                   "mode is the reference.",
                   "", "| output | model | max abs error | mean abs error | cosine | SQNR (dB) | top-1 agreement |",
                   "|---|---|---|---|---|---|---|"]
@@ -520,11 +526,11 @@ def verification_markdown(report: rm.Report) -> list[str]:
             for model, m in per.items():
                 top1 = "-" if m["top1_agreement"] is None else f"{m['top1_agreement']:.2%}"
                 top1 += f" (mean box IoU {m['mean_iou']:.3f})" if m.get("mean_iou") is not None else ""
-                lines.append(f"| {name} | {model} | {m['max_abs_error']:.3g} | {m['mean_abs_error']:.3g} | "
+                lines.append(f"| {_esc(name)} | {_esc(model)} | {m['max_abs_error']:.3g} | {m['mean_abs_error']:.3g} | "
                              f"{m['cosine']:.6f} | {_num(m['sqnr_db'], '.1f')} | {top1} |")
         acc = parity.get("accuracy")
         if acc is not None:
-            lines += ["", f"Accuracy (`{acc['output']}` against the labels): source {acc['source']:.2%}, float "
+            lines += ["", f"Accuracy ({md.code(acc['output'])} against the labels): source {acc['source']:.2%}, float "
                       f".tflite {acc['tflite_float']:.2%}, built {acc['built']:.2%}: **drop "
                       f"{acc['drop']['built']:.2%}**."]
         lines.append("")
@@ -538,7 +544,7 @@ def verification_markdown(report: rm.Report) -> list[str]:
                   + (" Measured on the calibration samples: the pipeline has no evaluation data."
                      if parity is not None and parity.get("data") == "calibration" else ""), "",
                   "| rank | op | source layers | erased | SQNR (dB) | rmse/scale |", "|---|---|---|---|---|---|"]
-        lines += [f"| {c['rank']} | {c['op']} | {_culprit_where(c)} | {c['erased']:.1%}"
+        lines += [f"| {c['rank']} | {_esc(c['op'])} | {_culprit_where(c)} | {c['erased']:.1%}"
                   f"{' (output: not ranked)' if c['model_output'] else ''} | {_num(c['sqnr_db'], '.1f')} | "
                   f"{c['rmse_per_scale']:.2f} |" for c in culprits]
         lines.append("")
@@ -552,15 +558,15 @@ def verification_markdown(report: rm.Report) -> list[str]:
     if suggestion is not None:
         lines += ["## Keeping layers in float", ""]
         if suggestion["found"]:
-            lines += [f"Keeping **{', '.join(suggestion.get('layers') or [])}** in float meets the gates. Add to the "
-                      "pipeline:",
-                      "", "```yaml", "quantization:", "  keep_float:"]
-            lines += [f"    - '{p}'" for p in suggestion["keep_float"] or []]
-            lines += ["```", ""]
+            lines += [f"Keeping **{_esc(', '.join(suggestion.get('layers') or []))}** in float meets the gates. Add to "
+                      "the pipeline:", "",
+                      *md.fenced("quantization:\n  keep_float:\n"
+                                 + "".join(f"    - {json.dumps(p)}\n" for p in suggestion["keep_float"] or []),
+                                 "yaml"), ""]
         else:
             lines += ["No set of the worst layers tried meets the gates.", ""]
         lines += ["| step | layers in float | gates | accuracy | bytes |", "|---|---|---|---|---|"]
-        lines += [f"| {_esc(t['step'])} | {', '.join(t['layers'])} | {'pass' if t['passes_gates'] else 'fail'} | "
+        lines += [f"| {_esc(t['step'])} | {_esc(', '.join(t['layers']))} | {'pass' if t['passes_gates'] else 'fail'} | "
                   f"{_num(t['accuracy'], '.2%')} | {t['bytes']:,} |" for t in suggestion["steps"]]
         lines.append("")
     lines += repair_markdown(report.get("repair"))
@@ -569,10 +575,11 @@ def verification_markdown(report: rm.Report) -> list[str]:
     if memory is not None:
         lines += ["## Memory", "", f"Flash (the .tflite): {memory['flash_bytes']:,} bytes. TFLite Micro tensor arena, "
                   f"estimated: **{memory['arena_bytes']:,} bytes** ({memory['activations_bytes']:,} activations + "
-                  f"{memory['bookkeeping_bytes']:,} bookkeeping, +{memory['margin']:.0%}; {memory['method']}).", ""]
+                  f"{memory['bookkeeping_bytes']:,} bookkeeping, +{memory['margin']:.0%}; "
+                  f"{_esc(memory['method'])}).", ""]
     firmware = report.get("firmware")
     if firmware and firmware["files"]:
-        lines += ["## Firmware files", ""] + [f"- `{f}`" for f in firmware["files"]] + [""]
+        lines += ["## Firmware files", ""] + [f"- {md.code(f)}" for f in firmware["files"]] + [""]
         golden = (firmware.get("golden") or {}).get("reference")
         if golden:
             lines += [f"Golden vectors against edgeconv's NumPy reference (`edgeconv reference`): "
@@ -590,12 +597,13 @@ def verification_markdown(report: rm.Report) -> list[str]:
 
 def onnx_model_markdown(m: Mapping[str, Any]) -> list[str]:
     """One ONNX model for `edgeconv check`: opsets, inputs, outputs, op counts, what is flagged."""
-    lines = [f"Opsets: {', '.join(f'{k} {v}' for k, v in m['opsets'].items())}; IR version {m['ir_version']}; "
+    opsets = _esc(", ".join(f"{k} {v}" for k, v in m["opsets"].items()))
+    lines = [f"Opsets: {opsets}; IR version {m['ir_version']}; "
              f"{m['bytes']:,} bytes.", "", "| op | count |", "|---|---|"]
-    lines += [f"| {op} | {n} |" for op, n in m["ops"].items()]
+    lines += [f"| {_esc(op)} | {n} |" for op, n in m["ops"].items()]
     lines.append("")
-    lines += [f"- input `{v['name']}` {v['dtype']} {v['shape']}" for v in m["inputs"]]
-    lines += [f"- output `{v['name']}` {v['dtype']} {v['shape']}" for v in m["outputs"]]
+    lines += [f"- {kind} {md.code(v['name'])} {_esc(str(v['dtype']) + ' ' + str(v['shape']))}"
+              for kind, key in (("input", "inputs"), ("output", "outputs")) for v in m[key]]
     lines += [f"- **warning**: {_esc(w)}" for w in m.get("warnings", [])]
     return [*lines, ""]
 
@@ -606,21 +614,24 @@ def onnx_markdown(onnx: rm.Onnx) -> list[str]:
              f"Runtime on the {onnx['data']} data.", "", "| model | file | bytes | inputs | outputs | ops |",
              "|---|---|---|---|---|---|"]
     for kind, m in onnx["models"].items():
-        io = ["; ".join(f"{v['name']} {v['dtype']} {v['shape']}" for v in m[key]) for key in ("inputs", "outputs")]
-        lines.append(f"| {kind} | `{m['file']}` | {m['bytes']:,} | {io[0]} | {io[1]} | {_fmt_counts(m['ops'])} |")
+        io = [_esc("; ".join(f"{v['name']} {v['dtype']} {v['shape']}" for v in m[key]))
+              for key in ("inputs", "outputs")]
+        lines.append(f"| {_esc(kind)} | {md.code(m['file'], cell=True)} | {m['bytes']:,} | {io[0]} | {io[1]} | "
+                     f"{_fmt_counts(m['ops'])} |")
     lines.append("")
     origin = typing.cast("rm.FloatOnnxModel", onnx["models"]["float"]).get("from_tf")
     if origin:
         lines += ["| TensorFlow op (after the passes) | ONNX ops |", "|---|---|"]
-        lines += [f"| {tf_op} | {_fmt_counts(ops)} |" for tf_op, ops in origin.items()]
+        lines += [f"| {_esc(tf_op)} | {_fmt_counts(ops)} |" for tf_op, ops in origin.items()]
         lines.append("")
     flagged = [f"{kind}: custom domain(s) {', '.join(m['custom_domains'])}" for kind, m in onnx["models"].items()
                if m["custom_domains"]]
-    lines += [f"- {f}" for f in flagged]
+    lines += [f"- {_esc(f)}" for f in flagged]
     runs = onnx["parity"]
     for name, per in runs["float"]["outputs"].items():
         f = per["onnx_float"]
-        lines.append(f"- float ONNX vs the source model, output `{name}`: max abs error {f['max_abs_error']:.3g}, "
+        lines.append(f"- float ONNX vs the source model, output {md.code(name)}: max abs error "
+                     f"{f['max_abs_error']:.3g}, "
                      f"top-1 agreement {_num(f['top1_agreement'], '.2%')} on {runs['float']['samples']} samples")
     acc = runs["float"].get("accuracy")
     if acc:
@@ -628,7 +639,7 @@ def onnx_markdown(onnx: rm.Onnx) -> list[str]:
     if "int8" in runs:
         for name, per in runs["int8"]["outputs"].items():
             q = per["onnx_int8"]
-            lines.append(f"- INT8 ONNX vs the built .tflite, output `{name}`: top-1 agreement "
+            lines.append(f"- INT8 ONNX vs the built .tflite, output {md.code(name)}: top-1 agreement "
                          f"{_num(q['top1_agreement'], '.2%')}, max abs difference {q['max_abs_error']:.3g} "
                          f"(dequantized); {_num(runs['int8']['bit_exact'], '.2%')} of the raw output values "
                          "identical")
@@ -637,12 +648,13 @@ def onnx_markdown(onnx: rm.Onnx) -> list[str]:
 
 def _data_markdown(data: rm.Data) -> list[str]:
     files = f", {data['file_count']} files" if data.get("file_count", 1) > 1 else ""
-    lines = [f"{data['samples']} of {data['available']} samples from `{data['path']}` ({data['source']}{files}, "
+    lines = [f"{data['samples']} of {data['available']} samples from {md.code(data['path'])} "
+             f"({_esc(data['source'])}{files}, "
              f"seed {data['seed']}), samples sha256 `{data['samples_sha256'][:16]}...`.", "",
              "| input | min | max | mean | std | neighbour correlation |", "|---|---|---|---|---|---|"]
     for name, s in data["stats"].items():
         corr = s.get("neighbour_correlation")
-        lines.append(f"| {name} | {s['min']:.4g} | {s['max']:.4g} | {s['mean']:.4g} | {s['std']:.4g} | "
+        lines.append(f"| {_esc(name)} | {s['min']:.4g} | {s['max']:.4g} | {s['mean']:.4g} | {s['std']:.4g} | "
                      f"{'-' if corr is None else f'{corr:.2f}'} |")
     lines.append("")
     return lines
@@ -651,7 +663,7 @@ def _data_markdown(data: rm.Data) -> list[str]:
 def passes_markdown(p: rm.PassSection) -> list[str]:
     """One pass for a person: what it did per layer, why, and the op counts."""
     before, after = sum(p["ops_before"].values()), sum(p["ops_after"].values())
-    lines = [f"### {p['name']}", ""]
+    lines = [f"### {_esc(p['name'])}", ""]
     if not p["removed"] and not p["rewrites"]:
         lines += [f"Nothing to do: {before} graph ops, none removed.", ""]
     else:
@@ -713,14 +725,14 @@ def target_lines(t: rm.TargetVerdict, checks: Sequence[rm.Check] = (), *, per_op
 
 
 def golden_line(golden: Mapping[str, Any]) -> str:
-    """The golden vectors' cross-check with edgeconv.reference, in words."""
+    """The golden vectors' cross-check with edgeconv.reference, in words, as Markdown."""
     if golden["verdict"] == "bit-exact":
         return f"bit-exact ({golden['tensors_compared']} tensor(s) compared)"
     if golden["verdict"] == "differs":
         d = golden["first_difference"]
-        return (f"**differs**: first at op #{d['op']} {d['type']} ('{d['tensor']}'), up to {d['max_lsb']} LSB on "
-                f"{d['differ']:.2%} of its values")
-    return f"not computed: {golden['why']}"
+        return (f"**differs**: first at op #{d['op']} {_esc(d['type'])} ('{_esc(d['tensor'])}'), up to "
+                f"{d['max_lsb']} LSB on {d['differ']:.2%} of its values")
+    return f"not computed: {_esc(golden['why'])}"
 
 
 def drift_markdown(drift: rm.RuntimeDrift | None) -> list[str]:
@@ -728,15 +740,16 @@ def drift_markdown(drift: rm.RuntimeDrift | None) -> list[str]:
     if not drift:
         return []
     lines = ["## Runtimes against the reference", "",
-             f"On {drift['samples']} {drift['data']} samples, every op output a runtime exposes against edgeconv's "
+             f"On {drift['samples']} {_esc(drift['data'])} samples, every op output a runtime exposes against "
+             "edgeconv's "
              "NumPy reference of TFLite's reference kernels (`edgeconv reference`), in LSBs of the tensor's "
              "quantization.", ""]
-    lines += [f"- {line.removeprefix('drift: ')}" for line in drift_lines(drift)]
+    lines += [f"- {_esc(line.removeprefix('drift: '))}" for line in drift_lines(drift)]
     rows = [(kind, d) for kind, r in drift["runtimes"].items() for d in r.get("ops", [])]
     if rows:
         lines += ["", "| runtime | op | tensor | max LSB | values that differ |", "|---|---|---|---|---|"]
-        lines += [f"| {kind} | #{d['op']} {d['type']} | {_esc(d['tensor'])} | {d['max_lsb']} | {d['differ']:.2%} |"
-                  for kind, d in rows]
+        lines += [f"| {_esc(kind)} | #{d['op']} {_esc(d['type'])} | {_esc(d['tensor'])} | {d['max_lsb']} | "
+                  f"{d['differ']:.2%} |" for kind, d in rows]
     return [*lines, ""]
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import markdown as md
 from ..converters.tflite_reader import TFLiteModel
 from ..errors import DataError, rel
 from . import Computed, input_keys
@@ -97,7 +98,7 @@ def trace_json(model: TFLiteModel, computed: Computed) -> dict[str, Any]:
 
 
 def trace_markdown(data: Mapping[str, Any]) -> str:
-    lines = [f"# Reference run of {data['model']}", "",
+    lines = [f"# Reference run of {md.text(data['model'])}", "",
              "| # | op | output | GEMM M x N x K | accumulator range | values clamped (activation or type range) |",
              "|---|---|---|---|---|---|"]
     for op in data["ops"]:
@@ -105,7 +106,8 @@ def trace_markdown(data: Mapping[str, Any]) -> str:
         gemm = " x ".join(str(v) for v in t["gemm"]) if "gemm" in t else "-"
         acc = f"[{t['accumulator'][0]:,}, {t['accumulator'][1]:,}]" if "accumulator" in t else "-"
         out = op["outputs"][0] if op["outputs"] else {"name": "-", "shape": []}
-        lines.append(f"| {op['index']} | {op['op']} | `{out['name']}` {out['shape']} | {gemm} | {acc} | "
+        lines.append(f"| {op['index']} | {md.text(op['op'])} | {md.code(out['name'], cell=True)} {out['shape']} | "
+                     f"{gemm} | {acc} | "
                      f"{t.get('clamped', 0)} |")
     return "\n".join(lines) + "\n"
 
