@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -194,6 +195,26 @@ def test_c_array_is_aligned_and_holds_every_byte() -> None:
     assert "extern const unsigned char kws_model[];" in files["kws_model.h"]
     cc = firmware.c_array(data, "kws_model", source="m.tflite", sha256="ab" * 32, cplusplus=True)
     assert 'extern "C" alignas(16) const unsigned char kws_model[] = {' in cc["kws_model.cc"]
+
+
+def test_a_custom_op_code_stays_inside_the_comments_of_the_op_resolver(tmp_path: Path) -> None:
+    """A .tflite is a pull request's to write, and its custom op codes are quoted in the header's comments: a
+    code holding "*/" ended the comment, and what followed compiled into the firmware."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromPackedBuf((DATA / "erf-flex.float32.tflite").read_bytes(), 0)
+    (code,) = [c for c in model.operatorCodes if c.customCode]
+    code.customCode = b"X*/ int pwned = 1; /*"
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    (tmp_path / "m.tflite").write_bytes(builder.Output())
+    header = firmware.op_resolver(read_tflite(tmp_path / "m.tflite"), "m_model", source="m*/x.tflite")
+    text = header["m_model_op_resolver.h"]
+    code_only = re.sub(r"/\*.*?\*/", "", text, flags=re.DOTALL)  # what a C compiler reads
+    assert "pwned" not in code_only and "/*" not in code_only and "*/" not in code_only
+    assert "/* CUSTOM:X* / int pwned = 1; /*: a custom op; register your implementation" in text
+    assert "from m* /x.tflite. Do not edit." in text
 
 
 def test_op_resolver_registers_each_op_type_once() -> None:
