@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import inspect
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -233,9 +234,10 @@ def load_target_file(path: Path, expected_name: str | None = None) -> Target:
         raise ConfigError(ctx.problems)
     description = " ".join(_scalar(top["description"], "description", ctx).split()) if "description" in top else ""
     accelerator = _scalar(top["accelerator"], "accelerator", ctx) if "accelerator" in top else ""
+    title = _scalar(top["title"], "title", ctx)  # before the last check: its problems were never raised
     if ctx.problems:
         raise ConfigError(ctx.problems)
-    return Target(name, _scalar(top["title"], "title", ctx), description, path, sources, placement, segment_rule,
+    return Target(name, title, description, path, sources, placement, segment_rule,
                   all_ops, ops, unlisted, notes, compiler, quantization, accelerator, parameter_memory)
 
 
@@ -345,6 +347,29 @@ def _mapping(node: yaml.Node | None, key: str, ctx: Ctx, allowed: tuple[str, ...
     return out
 
 
+# A target file is a pull request's to write, and its texts (title, sources, fixes, notes, rule ids and
+# parameters) are printed as they are, to CI logs and terminals: none may hold a terminal control (an escape
+# sequence, a carriage return that overwrites a line, DEL, a C1 control) or a bidirectional override that
+# reorders what is shown. Tabs and line breaks are text.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _printable(value: Any, node: yaml.Node, key: str, ctx: Ctx) -> None:
+    """Refuse ``value`` (a text, or the texts in a list or mapping) when it holds a control character."""
+    if isinstance(value, str):
+        found = _CONTROL.search(value)
+        if found:
+            ctx.error(node, key, f"holds a control character (U+{ord(found.group()):04X}): edgeconv prints a "
+                      "target's texts as they are; write it without one")
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _printable(item, node, key, ctx)
+    elif isinstance(value, dict):
+        for k, item in value.items():
+            _printable(k, node, key, ctx)
+            _printable(item, node, key, ctx)
+
+
 def _scalar(node: yaml.Node | None, key: str, ctx: Ctx) -> str:
     if node is None:
         ctx.error(None, key, "missing")
@@ -352,6 +377,7 @@ def _scalar(node: yaml.Node | None, key: str, ctx: Ctx) -> str:
     if not isinstance(node, yaml.ScalarNode) or _yaml.is_null(node) or not node.value:
         ctx.error(node, key, "expected a non-empty text value")
         return ""
+    _printable(node.value, node, key, ctx)
     return str(node.value)
 
 
@@ -423,6 +449,7 @@ def _rules(node: yaml.Node | None, key: str, sources: Mapping[str, str], ctx: Ct
 def _param(node: yaml.Node, key: str, param: inspect.Parameter, ctx: Ctx) -> Any:
     """A rule parameter, checked against the constraint's annotation."""
     value = _yaml.to_python(node)
+    _printable(value, node, key, ctx)
     annotation = str(param.annotation)
     if annotation == "DtypeSpecs":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):

@@ -147,6 +147,39 @@ def test_check_against_a_users_target_file(tmp_path: Path) -> None:
     assert missing.returncode == 2 and missing.stderr.strip() == "edgeconv: error: nope.yaml: file not found"
 
 
+NPU = ("schema_version: 1\nname: my-npu\ntitle: {title}\nsources: {{DOC: {source}}}\n"
+       "default_effect: cpu_fallback\nunlisted: {{source: DOC, effect: cpu_fallback, fix: {fix}}}\n"
+       "ops:\n  CONV_2D: {{source: DOC, rules: [{{check: fused_activation, allowed: [{allowed}]}}]}}\n")
+PLAIN = {"title": "My NPU", "source": "vendor manual", "fix": "use CONV_2D", "allowed": "NONE"}
+
+
+@pytest.mark.parametrize(("key", "value", "line", "said"), [
+    ("title", '"My \\e[2J NPU"', 3, "title: holds a control character (U+001B)"),
+    ("title", '""', 3, "title: expected a non-empty text value"),  # was never raised
+    ("source", '"manual\\rOVERWRITTEN"', 4, "sources.DOC: holds a control character (U+000D)"),
+    ("fix", '"use \\x9b31m"', 6, "unlisted.fix: holds a control character (U+009B)"),
+    ("fix", '"use \\u202eCONV"', 6, "unlisted.fix: holds a control character (U+202E)"),
+    ("allowed", '"NO\\x7fNE"', 8, "ops.CONV_2D.rules[0].allowed: holds a control character (U+007F)"),
+])
+def test_a_target_file_text_with_a_control_character_is_refused(tmp_path: Path, key: str, value: str, line: int,
+                                                                 said: str) -> None:
+    """A target file is a pull request's to write and its texts are printed as they are: an escape sequence,
+    a carriage return or a bidirectional override in one would reach the CI log and the terminal."""
+    (tmp_path / "npu.yaml").write_text(NPU.format(**{**PLAIN, key: value}))
+    model = REPO / "tests" / "data" / "conv2d-relu.int8.tflite"
+    result = run_edgeconv("check", model, "--target", "npu.yaml", cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    tail = "" if "control" not in said else ": edgeconv prints a target's texts as they are; write it without one"
+    assert result.stderr.strip() == f"edgeconv: error: npu.yaml:{line}: {said}{tail}"
+
+
+@pytest.mark.parametrize("fix", ['"a\\tb"', '"two\\nlines"', "'single \\e quoted'"])
+def test_tabs_and_line_breaks_in_a_target_file_text_are_text(tmp_path: Path, fix: str) -> None:
+    (tmp_path / "npu.yaml").write_text(NPU.format(**{**PLAIN, "fix": fix}))
+    model = REPO / "tests" / "data" / "conv2d-relu.int8.tflite"
+    assert run_edgeconv("check", model, "--target", "npu.yaml", cwd=tmp_path).returncode == 0
+
+
 def test_a_reader_that_goes_away_is_not_a_crash(tmp_path: Path) -> None:
     """`edgeconv check big.tflite | head -1`: the pipe closes early; no BrokenPipeError, no crash log."""
     import subprocess
