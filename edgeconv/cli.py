@@ -18,7 +18,7 @@ from typing import Any
 
 from . import _log, cancel
 from .console import print_lines
-from .errors import EdgeconvError, rel
+from .errors import EdgeconvError, printable, rel
 from .exit_codes import Exit
 
 EXIT_OK, EXIT_GATE, EXIT_USER, EXIT_INTERNAL = Exit.OK, Exit.GATE, Exit.USER, Exit.INTERNAL
@@ -151,7 +151,7 @@ def _main(args: argparse.Namespace) -> int:
         raise AssertionError(args.command)
     except EdgeconvError as exc:
         for line in str(exc).splitlines():
-            print(f"edgeconv: error: {line}", file=sys.stderr)
+            print(f"edgeconv: error: {printable(line)}", file=sys.stderr)
         return EXIT_USER
     except KeyboardInterrupt:
         print(f"edgeconv: interrupted; {_what_was_written()}", file=sys.stderr)
@@ -180,7 +180,7 @@ def _crash(exc: Exception) -> int:
 
 
 def _say_crash(what: str, log: Path) -> None:
-    print(f"edgeconv: internal error: {what}", file=sys.stderr)
+    print(f"edgeconv: internal error: {printable(what)}", file=sys.stderr)
     print(f"edgeconv: traceback written to {rel(log)}; please report it", file=sys.stderr)
 
 
@@ -263,7 +263,7 @@ def _build_single(path: Path, options: Any, *, quiet: bool) -> Any:
         _say_crash((outcome.error or "").removeprefix("internal error: "), outcome.crash_log)
     elif result is None:
         for line in (outcome.error or "").splitlines():
-            print(f"edgeconv: error: {line}", file=sys.stderr)
+            print(f"edgeconv: error: {printable(line)}", file=sys.stderr)
     else:
         from .report import console_lines
 
@@ -352,7 +352,7 @@ def _validate(paths: Sequence[Path], *, quiet: bool = False, check_files: bool =
             if len(paths) == 1:
                 raise
             for line in str(exc).splitlines():
-                print(f"edgeconv: error: {line}", file=sys.stderr)
+                print(f"edgeconv: error: {printable(line)}", file=sys.stderr)
             failed = True
             continue
         if quiet:
@@ -412,14 +412,14 @@ def _diff(args: argparse.Namespace) -> int:
         print(json.dumps({**changes, "regressions": failed}, indent=2))
     elif args.quiet and args.format == "text":  # only what fails the diff
         for line in failed:
-            print(f"regression: {line}")
+            print(f"regression: {printable(line)}")
     else:
         lines = diff_markdown(changes, failed)
         if args.format == "md":
             from . import markdown as md
 
             lines = [f"# edgeconv diff: {md.text(rel(args.old))} -> {md.text(rel(args.new))}", "", *lines]
-        print("\n".join(lines).rstrip())
+        print("\n".join(printable(line) for line in lines).rstrip())
     return EXIT_GATE if failed else EXIT_OK
 
 
@@ -433,7 +433,8 @@ def _check_onnx(args: argparse.Namespace) -> int:
             raise EdgeconvError(f"{flag} applies to .tflite models: there are no target rules for ONNX models yet")
     summary = read_onnx(args.model)
     warnings = onnx_warnings(summary)
-    print("\n".join(onnx_lines(args.model, summary, warnings, args.format)))
+    lines = onnx_lines(args.model, summary, warnings, args.format)  # JSON escapes its own
+    print("\n".join(lines if args.format == "json" else (printable(line) for line in "\n".join(lines).splitlines())))
     return EXIT_GATE if warnings and args.fail_on_warnings else EXIT_OK
 
 
@@ -467,7 +468,8 @@ def _view(args: argparse.Namespace) -> int:
                 kept = ("Model Explorer's 'Add per-node data' loads them too" if overlays.kept else
                         "written for this view and removed when it stops; a build keeps them in explorer/")
                 if overlays.verdict:
-                    print(overlays.verdict.replace(" ", ": ", 1), *(f"  - {r}" for r in overlays.reasons), sep="\n")
+                    print(overlays.verdict.replace(" ", ": ", 1), *(f"  - {printable(r)}" for r in overlays.reasons),
+                          sep="\n")
                 print(f"model {rel(overlays.model)}; overlays ({kept}):")
                 for f in overlays.files:
                     print(f"  {rel(f)}")

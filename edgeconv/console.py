@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .errors import printable
+
 if TYPE_CHECKING:
     import logging
 
@@ -216,7 +218,7 @@ class PipelineLines:
         if task is not None:
             self.progress.remove_task(task)
         for line in lines:
-            self.console.print(_styled(line))
+            self.console.print(_styled(printable(line)))
 
     def stop(self) -> None:
         for task in self.tasks.values():
@@ -265,12 +267,12 @@ def print_lines(lines: Iterable[str], stream: Any) -> None:
     (NO_COLOR turns it off)."""
     if not colour(stream):
         for line in lines:
-            stream.write(line + "\n")
+            stream.write(printable(line) + "\n")
         stream.flush()
         return
     console = _rich_console(stream, soft_wrap=True)
     for line in lines:
-        console.print(_styled(line))
+        console.print(_styled(printable(line)))
 
 
 def print_table(title: str, header: Sequence[str], rows: Iterable[Sequence[str]],
@@ -278,8 +280,9 @@ def print_table(title: str, header: Sequence[str], rows: Iterable[Sequence[str]]
     """A summary table for people: drawn by rich on a terminal (verdict words in colour), plain aligned
     columns in logs (never wrapped mid-cell: a log has no width); then each section's title and lines."""
     coloured = colour(stream)
-    table_rows = [tuple(row) for row in rows]
-    table_sections = [(heading, list(lines)) for heading, lines in sections]
+    title = printable(title)
+    table_rows = [tuple(printable(cell) for cell in row) for row in rows]
+    table_sections = [(printable(heading), [printable(line) for line in lines]) for heading, lines in sections]
     drawn = None if coloured else _plain_table(title, header, table_rows, table_sections)
     if drawn is not None:  # what rich would write, without importing it (a zoo's shard prints one table)
         stream.write(drawn)

@@ -12,8 +12,12 @@ from typing import Any
 
 class Formatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
+        """``edgeconv: [warning: ]`` before each line of the message (one from the inputs may hold several),
+        each line :func:`~edgeconv.errors.printable`."""
+        from .errors import printable
+
         level = "warning: " if record.levelno >= logging.WARNING else ""
-        return f"edgeconv: {level}{record.getMessage()}"
+        return "\n".join(f"edgeconv: {level}{printable(line)}" for line in record.getMessage().splitlines() or [""])
 
 
 def stream_handler(stream: Any) -> logging.Handler:

@@ -8,6 +8,7 @@ the CLI writes a traceback to a log file and exits 3.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -74,3 +75,21 @@ def rel(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
+
+
+# What no console line may hold from the inputs (a model's names, a data file's header, a report's text):
+# a terminal control (an escape sequence; a carriage return that overwrites the line; a line break, which
+# starts a line of its own, and a CI runner reads a line starting with "::" as a workflow command), DEL, a C1
+# control, a bidirectional override that reorders what is shown. Each is shown escaped, as Python writes it.
+# A tab is text.
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` as one console line: its control characters escaped (``\\x1b``, ``\\n``, ``\\u202e``)."""
+    return _CONTROL.sub(_escaped, text) if _CONTROL.search(text) else text
+
+
+def _escaped(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    return {10: "\\n", 13: "\\r"}.get(code) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")

@@ -34,11 +34,14 @@ _TAG = re.compile(r"<(?=[A-Za-z/!?])")
 _ENTITY = re.compile(r"&(?=#?[A-Za-z0-9]+;)")  # "&lt;" in a name shows as "&lt;", not as "<"
 _MENTION = re.compile(r"@(?=[A-Za-z0-9])")  # @user or @org/team: a word joiner after the @ pings no one
 _LINES = re.compile(r"[\r\n]+")
+# Controls other than line breaks (an escape sequence, DEL, C1, a bidirectional override): shown as U+FFFD,
+# as the .tflite reader shows them, wherever this Markdown is read (a file, a terminal, a PR comment).
+_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _TICKS = re.compile("`+")
 
 
 def _line(value: object) -> str:
-    return _LINES.sub(" ", str(value))
+    return _CONTROLS.sub("\ufffd", _LINES.sub(" ", str(value)))
 
 
 def html(value: object) -> str:

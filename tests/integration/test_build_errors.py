@@ -44,6 +44,29 @@ def test_float_island_fails_the_gate_with_exit_1(tmp_path: Path, capsys: pytest.
     assert "| SIN | unsupported | `generic-int8.SIN.op_listed` |" in (out / "report.md").read_text()
 
 
+def test_a_data_file_s_text_reaches_the_console_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A CSV header is a pull request's to write, and the error listing the columns quotes it: an escape
+    sequence is shown escaped, and a line break in it starts a line behind "edgeconv: error: " like every line
+    of an error (no line starts with what the file wrote: a GitHub runner reads a line starting with "::" as
+    a workflow command); nothing is written."""
+    models.dense_model(tmp_path / "m.keras", _identity())
+    (tmp_path / "d.csv").write_text('"a\x1b[2J\r\n::error::x",b\n1,2\n', newline="")
+    path = tmp_path / "p.yaml"
+    path.write_text("version: 1\nmodel: {path: m.keras}\n"
+                    "calibration: {source: csv, path: d.csv, columns: {feat: [x]}}\n")
+    code, err = build([str(path)], capsys)
+    assert code == 2
+    assert err.splitlines() == [f"edgeconv: error: {tmp_path / 'd.csv'}: no column 'x' (columns: a\\x1b[2J",
+                                "edgeconv: error: ::error::x, b)"]
+    assert not (tmp_path / "build").exists()
+
+
+def _identity() -> Any:
+    import keras
+
+    return keras.layers.Identity(name="same")
+
+
 def test_a_tf_op_without_builtin_is_named_with_its_layer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     layers = models.write_custom_layers(tmp_path, "erf_layers")
     models.dense_model(tmp_path / "erf.keras", layers.Erf(name="gelu_like"))

@@ -444,18 +444,22 @@ def test_a_table_drawn_without_rich_is_what_rich_draws(
         assert drawn == by_rich.getvalue()
 
 
-@pytest.mark.parametrize("path", ["models/\x1b]0;owned\x07x.yaml", "models/\x1b[2J.yaml", "models/a\rb.yaml"])
-def test_a_pipeline_path_with_control_characters_is_left_to_rich_in_a_log(path: str) -> None:
-    """A pull request names its pipeline files: the table drawn without rich writes printable ASCII only; a
-    path with an escape sequence or a carriage return goes through rich, as every table did before."""
+@pytest.mark.parametrize(("path", "shown"), [("models/\x1b]0;owned\x07x.yaml", "models/\\x1b]0;owned\\x07x.yaml"),
+                                           ("models/\x1b[2J.yaml", "models/\\x1b[2J.yaml"),
+                                           ("models/a\rb.yaml", "models/a\\rb.yaml"),
+                                           ("models/a\n::error::x.yaml", "models/a\\n::error::x.yaml")])
+def test_a_pipeline_path_with_control_characters_is_shown_escaped_in_the_table(path: str, shown: str) -> None:
+    """A pull request names its pipeline files: a path with an escape sequence, a carriage return or a line
+    break is shown escaped, as Python writes it (errors.printable), in the plain table (printable ASCII)."""
     from edgeconv import console
 
     rows = [(path, "FAIL")]
     assert console._plain_table("edgeconv: FAIL", ("pipeline", "result"), rows, []) is None
-    logged, by_rich = _Stream(tty=False), io.StringIO()
+    logged = _Stream(tty=False)
     console.print_table("edgeconv: FAIL", ("pipeline", "result"), rows, [], logged)
-    console._rich_table("edgeconv: FAIL", ("pipeline", "result"), rows, [], by_rich, coloured=False)
-    assert logged.getvalue() == by_rich.getvalue()
+    drawn = console._plain_table("edgeconv: FAIL", ("pipeline", "result"), [(shown, "FAIL")], [])
+    assert drawn is not None and logged.getvalue() == drawn
+    assert all(line.isprintable() for line in logged.getvalue().splitlines())
 
 
 GC_PROBE = """

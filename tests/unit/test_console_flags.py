@@ -181,3 +181,52 @@ def test_sys_stdout_none_gives_80(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.setattr(sys, "__stdout__", None)
     assert terminal_columns() == 80
+
+
+EVIL_OP = "CONV\x1b[2J\x1b]0;owned\x07\r\n::error file=x::pwned\u202eTXET"
+
+
+def test_a_report_s_text_reaches_the_console_escaped(tmp_path: Path) -> None:
+    """`edgeconv diff` reads two reports, a pull request's to write: an op type holding an escape sequence, a
+    carriage return and a line break starting a GitHub workflow command (any line starting with "::") is
+    shown escaped, on its own line, in the text and Markdown outputs (JSON escapes its own)."""
+    from .test_diff_inputs import GOOD
+
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(json.dumps(GOOD))
+    target = GOOD["targets"][0]
+    ops = [*target["ops"], {**target["ops"][0], "index": 99, "type": EVIL_OP, "status": "unsupported"}]
+    new.write_text(json.dumps({**GOOD, "targets": [{**target, "ops": ops}, *GOOD["targets"][1:]]}))
+    for args in (["-q"], [], ["--format", "md"]):
+        result = run_edgeconv("diff", *args, old, new, "--no-new-fallback", target["name"])
+        assert result.returncode == 1, result.stderr
+        lines = result.stdout.splitlines()
+        assert not any(line.lstrip().startswith("::") for line in lines), lines
+        assert "\x1b" not in result.stdout and "\r" not in result.stdout and "\u202e" not in result.stdout
+    quiet = run_edgeconv("diff", "-q", old, new, "--no-new-fallback", target["name"]).stdout.splitlines()
+    assert quiet == [f"regression: {target['name']}: new unsupported op(s) since the baseline: "
+                     "CONV\\x1b[2J\\x1b]0;owned\\x07\\r\\n::error file=x::pwned\\u202eTXET x1"]
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("plain tab\there é", "plain tab\there é"),  # a tab and non-ASCII letters are text
+    ("a\x1b[31mb", "a\\x1b[31mb"), ("a\rb", "a\\rb"), ("a\nb", "a\\nb"), ("a\x7fb\x9bc", "a\\x7fb\\x9bc"),
+    ("a\u202eb\u2066c", "a\\u202eb\\u2066c"), ("\x00", "\\x00"),
+])
+def test_printable_escapes_what_a_terminal_or_a_runner_reads(text: str, shown: str) -> None:
+    from edgeconv.errors import printable
+
+    assert printable(text) == shown
+
+
+def test_a_log_line_from_the_inputs_is_one_console_line_each() -> None:
+    """A log message holding a line break (a converter's message quoting a layer name) prints each of its
+    lines behind "edgeconv: ", so none starts with what the input wrote."""
+    import logging
+
+    from edgeconv.console_log import Formatter
+
+    record = logging.LogRecord("edgeconv.x", logging.WARNING, "f", 1, "layer %r: %s", ("a", "b\n::error::x\x1b[2J"),
+                               None)
+    assert Formatter().format(record).splitlines() == ["edgeconv: warning: layer 'a': b",
+                                                       "edgeconv: warning: ::error::x\\x1b[2J"]

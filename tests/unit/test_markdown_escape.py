@@ -223,3 +223,12 @@ def test_check_markdown_of_a_model_with_hostile_names(tmp_path: Path, capsys: py
     rows = RENDER.render(out).split("<tr>")[1:]
     assert all(row.count("<td>") in (0, 7, 8) for row in rows)
     assert EVIL.replace("\\", "") in shown(out).replace("\\", "")
+
+
+@pytest.mark.parametrize("escape", [md.text, md.code, md.html])
+def test_control_characters_show_as_the_replacement_character(escape: Callable[[str], str]) -> None:
+    """A terminal control in a name (an escape sequence, DEL, C1, a bidirectional override) is shown as U+FFFD,
+    as the .tflite reader shows it; a line break is a space."""
+    out = escape("a\x1b[2Jb\x7fc\x9bd\u202ee\r\nf")
+    assert "\x1b" not in out and "\x7f" not in out and "\x9b" not in out and "\u202e" not in out
+    assert out.count("\ufffd") == 4 and "\n" not in out and "\r" not in out
