@@ -77,12 +77,15 @@ def rel(path: Path) -> str:
         return str(path)
 
 
+# Characters that control a terminal or reorder what it shows: C0 controls but tab and the line breaks, DEL,
+# C1 controls, bidirectional embeddings, overrides and isolates (a regular expression's character class).
+# Text from the inputs never reaches a console, a log or a rendered page with one in it: printable escapes
+# them, markdown shows them as U+FFFD, and a target file holding one is refused.
+TERMINAL_CONTROLS = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
 # What no console line may hold from the inputs (a model's names, a data file's header, a report's text):
-# a terminal control (an escape sequence; a carriage return that overwrites the line; a line break, which
-# starts a line of its own, and a CI runner reads a line starting with "::" as a workflow command), DEL, a C1
-# control, a bidirectional override that reorders what is shown. Each is shown escaped, as Python writes it.
-# A tab is text.
-_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# those, and the line breaks (a line of its own: a CI runner reads a line starting with "::" as a workflow
+# command; a carriage return overwrites the line). Each is shown escaped, as Python writes it. A tab is text.
+_CONTROL = re.compile(f"[{TERMINAL_CONTROLS}\r\n]")
 
 
 def printable(text: str) -> str:

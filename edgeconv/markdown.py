@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import re
 
+from .errors import TERMINAL_CONTROLS
+
 # What CommonMark and GitHub give a meaning in running text, escaped with a backslash (GitHub shows the
 # character itself): \ ` * ~ | anywhere; _ unless it is inside a word (where it cannot start or end emphasis:
 # tensor names keep their underscores); the ] of a link or image "](", and what begins a heading, list,
@@ -36,7 +38,7 @@ _MENTION = re.compile(r"@(?=[A-Za-z0-9])")  # @user or @org/team: a word joiner 
 _LINES = re.compile(r"[\r\n]+")
 # Controls other than line breaks (an escape sequence, DEL, C1, a bidirectional override): shown as U+FFFD,
 # as the .tflite reader shows them, wherever this Markdown is read (a file, a terminal, a PR comment).
-_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_CONTROLS = re.compile(f"[{TERMINAL_CONTROLS}]")
 _TICKS = re.compile("`+")
 
 

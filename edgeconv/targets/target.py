@@ -22,7 +22,7 @@ from .._lazy import lazy_import
 from .._record import record
 from ..converters.tflite_ops import BUILTIN_OP_NAMES
 from ..converters.tflite_reader import TensorType
-from ..errors import ConfigError, allowed_list, did_you_mean, rel
+from ..errors import TERMINAL_CONTROLS, ConfigError, allowed_list, did_you_mean, rel
 from .constraints import CONSTRAINTS, Constraint, params_of, rule_text
 from .parameter_memory import ParameterMemory
 
@@ -351,7 +351,7 @@ def _mapping(node: yaml.Node | None, key: str, ctx: Ctx, allowed: tuple[str, ...
 # parameters) are printed as they are, to CI logs and terminals: none may hold a terminal control (an escape
 # sequence, a carriage return that overwrites a line, DEL, a C1 control) or a bidirectional override that
 # reorders what is shown. Tabs and line breaks are text.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_CONTROL = re.compile(f"[{TERMINAL_CONTROLS}\r]")
 
 
 def _printable(value: Any, node: yaml.Node, key: str, ctx: Ctx) -> None:
