@@ -9,6 +9,7 @@ Work in progress (issue 34): the ops of :data:`SUPPORTED`; any other op is refus
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,11 @@ from ..errors import EdgeconvError
 from .ops import OPS, Unsupported
 
 SUPPORTED = tuple(sorted(OPS))
+# The largest tensor the reference computes: a model file's own bound. A .tflite is a pull request's to
+# write, and a tiny one can declare (or make, with TILE's multiples or PAD's paddings) a tensor of hundreds
+# of GiB: it is refused by name before anything is allocated, and an allocation that fails all the same (an
+# op's working arrays, a shape the file did not declare) is this model's error, not edgeconv's.
+MAX_TENSOR_BYTES = 2 * 1024**3
 
 
 class ReferenceError(EdgeconvError):
@@ -94,15 +100,42 @@ def run(model: TFLiteModel | str | Path, inputs: Mapping[str, np.ndarray]) -> Co
                 if const is None:
                     raise ReferenceError(f"op #{op.index} {op.type}: input '{t.name}' has no value")
                 args.append(const)
+        too_large = _too_large(op)
+        if too_large:
+            raise ReferenceError(too_large)
         try:
             outs, trace = fn(op, model, args)
         except Unsupported as exc:
             raise ReferenceError(f"op #{op.index} {op.type}: {exc}") from None
+        except (MemoryError, ValueError) as exc:  # numpy's: its message gives the size it asked for
+            if isinstance(exc, ValueError) and not _TOO_BIG.search(str(exc)):
+                raise
+            raise ReferenceError(f"op #{op.index} {op.type}: computing it needs more memory than this machine has "
+                                 f"({exc})") from None
         for t, v in zip(op.outputs, outs, strict=True):
             values[t.index] = v
         steps.append(Step(op.index, op.type, tuple(t.name for t in op.outputs), trace))
     tensors = {graph.tensors[i].name: v for i, v in values.items()}
     return Computed(tensors, tuple(steps))
+
+
+# numpy's ValueError for an array whose size does not fit an address (it raises MemoryError below that)
+_TOO_BIG = re.compile(r"array is too big|[Mm]aximum allowed size|maximum possible size")
+_ITEMSIZE = {"int64": 8, "uint64": 8, "int32": 4, "uint32": 4, "int16": 2, "uint16": 2}  # else 1 (int8, bool, int4)
+
+
+def _too_large(op: OpInfo) -> str | None:
+    """Why ``op``'s declared outputs are beyond the reference (:data:`MAX_TENSOR_BYTES`), or None."""
+    for t in op.outputs:
+        if t is None:
+            continue
+        values = int(np.prod(t.shape, dtype=object)) if t.shape else 1
+        size = values * _ITEMSIZE.get(t.dtype.value, 1)
+        if size > MAX_TENSOR_BYTES:
+            return (f"op #{op.index} {op.type}: its output '{t.name}' {list(t.shape)} holds {values:,} values "
+                    f"({size / 1024**3:,.1f} GiB); the reference computes tensors of at most "
+                    f"{MAX_TENSOR_BYTES // 1024**3} GiB")
+    return None
 
 
 def _float_op(op: OpInfo, graph: SubgraphInfo) -> str:

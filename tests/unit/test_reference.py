@@ -712,3 +712,57 @@ def test_the_depthwise_models_cover_depth_multipliers_strides_and_dilation() -> 
                    if op.type == "DEPTHWISE_CONV_2D"]
         assert any(o["depth_multiplier"] == 2 and o["stride_h"] == 2 and o["padding"] == "VALID" for o in options)
         assert any(o["dilation_h_factor"] == 2 and o["dilation_w_factor"] == 3 for o in options)
+
+
+def _tile(tmp_path: Path, multiples: list[int], declared: list[int]) -> Path:
+    """tests/data/ops/tile.int8.tflite (in0 [1, 6, 5, 4]) with other multiples and another declared output."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromPackedBuf((DATA / "ops" / "tile.int8.tflite").read_bytes(), 0)
+    graph = model.subgraphs[0]
+    op = graph.operators[0]
+    model.buffers[graph.tensors[op.inputs[1]].buffer].data = np.frombuffer(
+        np.array(multiples, dtype=np.int32).tobytes(), np.uint8)
+    graph.tensors[op.outputs[0]].shape = np.array(declared, dtype=np.int32)
+    graph.tensors[op.outputs[0]].shapeSignature = None
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    path = tmp_path / "tile.tflite"
+    path.write_bytes(builder.Output())
+    return path
+
+
+@pytest.mark.parametrize(("declared", "refused"), [
+    ([1, 32768, 16384, 4], False),  # int8: 2 GiB exactly, the bound
+    ([1, 3, 715827883, 1], True),  # 2**31 + 1 values: one byte more
+    ([1, 240000, 200000, 4], True),
+])
+def test_a_declared_tensor_past_the_bound_is_refused_before_it_is_allocated(tmp_path: Path, declared: list[int],
+                                                                             refused: bool) -> None:
+    """A .tflite is a pull request's to write: a few hundred bytes can declare a 179 GiB tensor, which ended in
+    numpy's MemoryError as edgeconv's internal error (exit 3). Refused by name, nothing allocated."""
+    model = read_tflite(_tile(tmp_path, [1, 2, 1, 1], declared))
+    said = reference._too_large(model.ops[0])
+    if not refused:
+        assert said is None
+        return
+    values = int(np.prod(declared, dtype=object))
+    assert said == (f"op #0 TILE: its output 'Identity' {declared} holds {values:,} values "
+                    f"({values / 1024**3:,.1f} GiB); the reference computes tensors of at most 2 GiB")
+    with pytest.raises(reference.ReferenceError, match=r"^op #0 TILE: its output 'Identity'"):
+        reference.run(model, {"in0": np.zeros((1, 6, 5, 4), np.int8)})
+
+
+def test_a_tensor_too_large_to_allocate_is_the_model_s_error_not_a_crash(tmp_path: Path) -> None:
+    """Multiples that make a 1.7 PiB tensor behind a small declared shape: numpy cannot allocate it (more than
+    any address space), and `edgeconv reference` says so for the op, exit 2, writing nothing."""
+    from edgeconv.cli import main
+
+    path = _tile(tmp_path, [1, 4_000_000, 4_000_000, 1], [1, 12, 5, 4])
+    with pytest.raises(reference.ReferenceError, match=r"^op #0 TILE: computing it needs more memory than this "
+                       r"machine has \(Unable to allocate .* PiB"):
+        reference.run(read_tflite(path), {"in0": np.zeros((1, 6, 5, 4), np.int8)})
+    np.savez(tmp_path / "in.npz", in0=np.zeros((1, 6, 5, 4), np.float32))
+    assert main(["reference", str(path), "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "out")]) == 2
+    assert not (tmp_path / "out").exists()
