@@ -181,9 +181,10 @@ STRING_PATHS = list(_strings(FULL))
 @pytest.mark.parametrize("writer", ["report.md", "summary", "checks", "diff"])
 def test_no_string_of_a_report_changes_the_markdown_s_structure(writer: str) -> None:
     """Each string of the example's report with a repair, a keep-float suggestion, a diagnosis, runtime drift
-    and golden vectors added (about 400 values and keys: its model's names, its pipeline's, the sentences made
-    of them) replaced by a hostile one and by a plain one: the rendered Markdown has the same elements,
-    attributes and cells either way, and no mention outside code."""
+    and golden vectors added (1,080 values and keys: its model's names, its pipeline's, the sentences made of
+    them) replaced by a hostile one and by a plain one: the rendered Markdown has the same elements,
+    attributes and cells either way, and no mention outside code (180 of the writers' 3,955 cases changed it
+    before edgeconv.markdown)."""
     write = _writers()[writer]
     checked = 0
     for path in STRING_PATHS:
