@@ -112,6 +112,7 @@ def golden(data: bytes, samples: Sequence[Mapping[str, np.ndarray]], name: str, 
               "#include <stdint.h>", "", f"#define {name.upper()}_GOLDEN_COUNT {len(samples)}", ""]
     tensors = {t.index: t for t in runner.model.main.tensors}
     checked: list[tuple[dict[str, np.ndarray], dict[int, np.ndarray]]] = []
+    used: set[str] = set()  # C names: two tensor names that differ only in other characters get _2, _3, ...
     for k, feeds in enumerate(samples):
         raw_in = runner.raw_inputs(feeds)
         raw_out = runner.run_raw(raw_in)
@@ -122,7 +123,7 @@ def golden(data: bytes, samples: Sequence[Mapping[str, np.ndarray]], name: str, 
         for role, values in (("input", raw_in), ("output", raw_out)):
             for tensor_name, value in values.items():
                 arrays[f"sample{k}/{role}/{tensor_name}"] = value
-                c_name = f"{name}_golden_{k}_{role}_{_c_ident(tensor_name)}"
+                c_name = _unique(f"{name}_golden_{k}_{role}_{_c_ident(tensor_name)}", used)
                 ctype = _C_TYPES.get(value.dtype.name, "uint8_t")
                 flat = value.ravel()
                 items = ", ".join(_c_value(v, ctype) for v in flat)
@@ -159,6 +160,17 @@ def cross_check(model: TFLiteModel, runs: Sequence[tuple[Mapping[str, np.ndarray
 
 def _c_ident(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", text)
+
+
+def _unique(c_name: str, used: set[str]) -> str:
+    """``c_name``, or with the first free ``_2``, ``_3``, ... (``a-b`` and ``a_b`` are both ``a_b`` in C: the
+    header would define one array twice and not compile)."""
+    found, n = c_name, 1
+    while found in used:
+        n += 1
+        found = f"{c_name}_{n}"
+    used.add(found)
+    return found
 
 
 def _c_value(v: Any, ctype: str) -> str:

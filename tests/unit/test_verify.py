@@ -217,6 +217,36 @@ def test_a_custom_op_code_stays_inside_the_comments_of_the_op_resolver(tmp_path:
     assert "from m* /x.tflite. Do not edit." in text
 
 
+def test_golden_c_names_stay_distinct_when_tensor_names_differ_only_in_other_characters(tmp_path: Path) -> None:
+    """Inputs named ``a-b`` and ``a_b`` were both ``..._input_a_b`` in the golden header, which then defined one
+    array twice and did not compile; the second is ``..._a_b_2``. Compiled with the machine's C compiler when
+    it has one."""
+    import shutil
+    import subprocess
+
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+
+    model = schema.ModelT.InitFromPackedBuf((DATA / "ops" / "add.int8.tflite").read_bytes(), 0)
+    graph = model.subgraphs[0]
+    graph.tensors[graph.inputs[0]].name, graph.tensors[graph.inputs[1]].name = b"a-b", b"a_b"
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    data = builder.Output()
+    feeds = {"a-b": np.zeros((1, 6, 5, 4), np.float32), "a_b": np.ones((1, 6, 5, 4), np.float32)}
+    files, _ = firmware.golden(bytes(data), [feeds, feeds], "m_model", intermediates=False, source="m.tflite")
+    header = files["m_model_golden.h"].decode()
+    names = re.findall(r"static const \w+ (\w+)\[", header)
+    assert names == [f"m_model_golden_{k}_{kind}" for k in (0, 1)
+                     for kind in ("input_a_b", "input_a_b_2", "output_Identity")]
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is not None:
+        (tmp_path / "g.c").write_text(header)
+        done = subprocess.run([compiler, "-fsyntax-only", "-Wall", "-Werror", "-Wno-unused-const-variable",
+                               str(tmp_path / "g.c")], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+
+
 def test_op_resolver_registers_each_op_type_once() -> None:
     model = read_tflite(DATA / "add-uint8io.int8.tflite")
     header = firmware.op_resolver(model, "g_model", source="add.tflite")["g_model_op_resolver.h"]
