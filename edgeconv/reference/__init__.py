@@ -19,6 +19,7 @@ import numpy as np
 from .._record import record
 from ..converters.tflite_reader import OpInfo, SubgraphInfo, TFLiteModel, read_tflite
 from ..errors import EdgeconvError
+from ..verify.memory import tensor_bytes
 from .ops import OPS, Unsupported
 
 SUPPORTED = tuple(sorted(OPS))
@@ -121,17 +122,14 @@ def run(model: TFLiteModel | str | Path, inputs: Mapping[str, np.ndarray]) -> Co
 
 # numpy's ValueError for an array whose size does not fit an address (it raises MemoryError below that)
 _TOO_BIG = re.compile(r"array is too big|[Mm]aximum allowed size|maximum possible size")
-_ITEMSIZE = {"int64": 8, "uint64": 8, "int32": 4, "uint32": 4, "int16": 2, "uint16": 2}  # else 1 (int8, bool, int4)
 
 
 def _too_large(op: OpInfo) -> str | None:
     """Why ``op``'s declared outputs are beyond the reference (:data:`MAX_TENSOR_BYTES`), or None."""
-    for t in op.outputs:
-        if t is None:
-            continue
-        values = int(np.prod(t.shape, dtype=object)) if t.shape else 1
-        size = values * _ITEMSIZE.get(t.dtype.value, 1)
+    for t in (t for t in op.outputs if t is not None):
+        size = tensor_bytes(t)  # as the arena estimate counts it
         if size > MAX_TENSOR_BYTES:
+            values = int(np.prod(t.shape, dtype=object))
             return (f"op #{op.index} {op.type}: its output '{t.name}' {list(t.shape)} holds {values:,} values "
                     f"({size / 1024**3:,.1f} GiB); the reference computes tensors of at most "
                     f"{MAX_TENSOR_BYTES // 1024**3} GiB")

@@ -54,7 +54,7 @@ def plan_activations(model: TFLiteModel) -> int:
         t = sg.tensors[index]
         if t.nbytes or t.is_variable:
             continue
-        size = _aligned(_tensor_bytes(t))
+        size = _aligned(tensor_bytes(t))
         buffers.append((size, start, last.get(index, start), index))
     placed: list[tuple[int, int, int, int]] = []  # (offset, size, first, last)
     peak = 0
@@ -71,7 +71,8 @@ def plan_activations(model: TFLiteModel) -> int:
     return peak
 
 
-def _tensor_bytes(t: Any) -> int:
+def tensor_bytes(t: Any) -> int:
+    """The bytes a tensor of the model takes as it declares it (a dynamic dimension counted as 1)."""
     count = 1
     for d in t.shape:
         count *= max(int(d), 1)
