@@ -132,6 +132,16 @@ def main() -> None:
         from edgeconv import check
 
         check_lib = timed(lambda: check(model, ["edgetpu", "arm-neon"]), args.repeat)
+        import json
+
+        from edgeconv.check_output import json_text
+
+        data = check(model, ["edgetpu", "arm-neon"]).to_json()  # the JSON `check --format json` writes
+        indented = timed(lambda: json.dumps(data, indent=2), args.repeat)
+        one_line = timed(lambda: json_text(data), args.repeat)
+        print(f"JSON of two targets ({len(json_text(data)):,} characters), median of {args.repeat}: "
+              f"json.dumps(indent=2) {statistics.median(indented) * 1e3:.2f} ms, json_text (an op a line) "
+              f"{statistics.median(one_line) * 1e3:.2f} ms")
         import tensorflow as tf
 
         def analyze() -> None:
