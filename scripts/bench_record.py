@@ -16,6 +16,7 @@ import dataclasses
 import subprocess
 import sys
 import timeit
+from typing import Any
 
 MAKE = ("import dataclasses, time\nfrom edgeconv._record import record\n"
         "deco = record if {mine} else dataclasses.dataclass(frozen=True)\nstart = time.perf_counter()\n"
@@ -42,23 +43,18 @@ def main() -> None:
 
     from edgeconv import _record
 
-    @_record.record
-    class Mine:
-        a: int
-        b: int
-        c: int
-        d: int
-        e: int
-        f: int = 0
+    def six_fields(deco: Any) -> Any:
+        class Six:
+            a: int
+            b: int
+            c: int
+            d: int
+            e: int
+            f: int = 0
 
-    @dataclasses.dataclass(frozen=True)
-    class Theirs:
-        a: int
-        b: int
-        c: int
-        d: int
-        e: int
-        f: int = 0
+        return deco(Six)
+
+    Mine, Theirs = six_fields(_record.record), six_fields(dataclasses.dataclass(frozen=True))
 
     class Compiled:
         pass
