@@ -229,7 +229,8 @@ class PipelineLines:
 
 # -- the result, coloured on a terminal ---------------------------------------------------------
 
-_WORDS = re.compile(r"\b(PASS|FAIL|ERROR|CACHED)\b|\[(supported|uncertain|cpu_fallback|unsupported)\]")
+# re's own cache compiles it on first use: only a coloured console needs it
+_WORDS = r"\b(PASS|FAIL|ERROR|CACHED)\b|\[(supported|uncertain|cpu_fallback|unsupported)\]"
 _STYLES = {"PASS": "bold green", "FAIL": "bold red", "ERROR": "bold red", "CACHED": "cyan",
            "supported": "green", "uncertain": "yellow", "cpu_fallback": "dark_orange", "unsupported": "red"}
 
@@ -255,7 +256,7 @@ def _styled(line: str) -> Any:
     from rich.text import Text
 
     text = Text(line)
-    for match in _WORDS.finditer(line):
+    for match in re.finditer(_WORDS, line):
         word = match.group(1) or match.group(2)
         start = match.start(1) if match.group(1) else match.start(2)
         text.stylize(_STYLES[word], start, start + len(word))

@@ -8,6 +8,7 @@ the CLI writes a traceback to a log file and exits 3.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -85,12 +86,23 @@ TERMINAL_CONTROLS = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u20
 # What no console line may hold from the inputs (a model's names, a data file's header, a report's text):
 # those, and the line breaks (a line of its own: a CI runner reads a line starting with "::" as a workflow
 # command; a carriage return overwrites the line). Each is shown escaped, as Python writes it. A tab is text.
-_CONTROL = re.compile(f"[{TERMINAL_CONTROLS}\r\n]")
+
+
+@functools.cache
+def controls(extra: str = "") -> re.Pattern[str]:
+    """The character class :data:`TERMINAL_CONTROLS` and ``extra``, compiled on first use. The class reaches
+    past Latin-1, and compiling it takes 0.5 ms, three times over in every ``edgeconv check`` when each module
+    compiled its own on import (scripts/bench_check.py); a text without a control character never needs it:
+    every character of the class is one ``str.isprintable`` is false for (a unit test holds it to that), so a
+    printable text has none."""
+    return re.compile(f"[{TERMINAL_CONTROLS}{extra}]")
 
 
 def printable(text: str) -> str:
     """``text`` as one console line: its control characters escaped (``\\x1b``, ``\\n``, ``\\u202e``)."""
-    return _CONTROL.sub(_escaped, text) if _CONTROL.search(text) else text
+    if text.isprintable():  # the common case: nothing to escape (controls)
+        return text
+    return controls("\r\n").sub(_escaped, text)
 
 
 def _escaped(found: re.Match[str]) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import TERMINAL_CONTROLS
+from .errors import controls
 
 # What CommonMark and GitHub give a meaning in running text, escaped with a backslash (GitHub shows the
 # character itself): \ ` * ~ | anywhere; _ unless it is inside a word (where it cannot start or end emphasis:
@@ -38,12 +38,14 @@ _MENTION = re.compile(r"@(?=[A-Za-z0-9])")  # @user or @org/team: a word joiner 
 _LINES = re.compile(r"[\r\n]+")
 # Controls other than line breaks (an escape sequence, DEL, C1, a bidirectional override): shown as U+FFFD,
 # as the .tflite reader shows them, wherever this Markdown is read (a file, a terminal, a PR comment).
-_CONTROLS = re.compile(f"[{TERMINAL_CONTROLS}]")
 _TICKS = re.compile("`+")
 
 
 def _line(value: object) -> str:
-    return _CONTROLS.sub("\ufffd", _LINES.sub(" ", str(value)))
+    line = str(value)
+    if line.isprintable():  # neither a line break nor a control (errors.controls)
+        return line
+    return controls().sub("\ufffd", _LINES.sub(" ", line))
 
 
 def html(value: object) -> str:

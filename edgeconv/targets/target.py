@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import inspect
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +21,7 @@ from .._lazy import lazy_import
 from .._record import record
 from ..converters.tflite_ops import BUILTIN_OP_NAMES
 from ..converters.tflite_reader import TensorType
-from ..errors import TERMINAL_CONTROLS, ConfigError, allowed_list, did_you_mean, rel
+from ..errors import ConfigError, allowed_list, controls, did_you_mean, rel
 from .constraints import CONSTRAINTS, Constraint, params_of, rule_text
 from .parameter_memory import ParameterMemory
 
@@ -351,13 +350,12 @@ def _mapping(node: yaml.Node | None, key: str, ctx: Ctx, allowed: tuple[str, ...
 # parameters) are printed as they are, to CI logs and terminals: none may hold a terminal control (an escape
 # sequence, a carriage return that overwrites a line, DEL, a C1 control) or a bidirectional override that
 # reorders what is shown. Tabs and line breaks are text.
-_CONTROL = re.compile(f"[{TERMINAL_CONTROLS}\r]")
 
 
 def _printable(value: Any, node: yaml.Node, key: str, ctx: Ctx) -> None:
     """Refuse ``value`` (a text, or the texts in a list or mapping) when it holds a control character."""
     if isinstance(value, str):
-        found = _CONTROL.search(value)
+        found = None if value.isprintable() else controls("\r").search(value)
         if found:
             ctx.error(node, key, f"holds a control character (U+{ord(found.group()):04X}): edgeconv prints a "
                       "target's texts as they are; write it without one")

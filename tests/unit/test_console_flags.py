@@ -219,6 +219,19 @@ def test_printable_escapes_what_a_terminal_or_a_runner_reads(text: str, shown: s
     assert printable(text) == shown
 
 
+def test_every_terminal_control_is_unprintable_to_python() -> None:
+    """printable, markdown and the target file check skip their pattern for a text str.isprintable passes
+    (errors.controls): that is right only while each character of the class, and each line break, is one
+    str.isprintable is false for, over all of Unicode. A tab is unprintable too, and stays text."""
+    from edgeconv.errors import controls, printable
+
+    everything = "".join(map(chr, range(0x110000)))
+    matched = controls("\r\n").findall(everything)
+    assert len(matched) == 32 - 1 + 33 + 5 + 4  # C0 but the tab, DEL and C1, five bidi controls, four isolates
+    assert [c for c in matched if c.isprintable()] == []
+    assert not "\t".isprintable() and printable("\t") == "\t"
+
+
 def test_a_log_line_from_the_inputs_is_one_console_line_each() -> None:
     """A log message holding a line break (a converter's message quoting a layer name) prints each of its
     lines behind "edgeconv: ", so none starts with what the input wrote."""
