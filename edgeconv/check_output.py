@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import markdown as md
 from .errors import rel
 from .results import CheckResult
 
@@ -22,6 +21,7 @@ def check_lines(path: Path, result: CheckResult, fmt: str, *, quiet: bool = Fals
     data = result.to_json()
     if fmt == "json":  # the report's targets section; with --reference-inputs, beside the runtimes' drift
         return [json_text(data if result.drift is None else {"targets": data, "runtime_drift": result.drift})]
+    from . import markdown as md
     from .report import drift_lines, target_lines, targets_markdown
     from .targets.diagnosis import diagnose
 
@@ -83,6 +83,7 @@ def onnx_warnings(summary: rm.OnnxSummary) -> list[str]:
 
 def onnx_lines(path: Path, summary: rm.OnnxSummary, warnings: Sequence[str], fmt: str) -> list[str]:
     """An ONNX model's opsets, op counts and warnings (no target rules for ONNX yet)."""
+    from . import markdown as md
     from .report import onnx_model_markdown
 
     data: dict[str, Any] = {**summary, "warnings": list(warnings)}

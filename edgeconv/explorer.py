@@ -176,7 +176,7 @@ def overlays_for(path: Path, targets: Sequence[str] | None, scratch: Path) -> Ov
                         tuple(body.get("gate", {}).get("reasons", [])))
     if path.suffix.lower() != ".tflite":
         raise ConfigError([f"{rel(path)}: give a build's output folder or a .tflite file"])
-    from .report import targets_json
+    from .report_targets import targets_json
     from .targets import load_target
     from .targets.checker import check_model
 

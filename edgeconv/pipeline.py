@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import explorer, output, report, verdict
+from . import explorer, output, report, report_targets, verdict
 from . import report_model as rm
 from ._log import get_logger
 from ._record import record
@@ -163,7 +163,7 @@ def _finish(config: PipelineConfig, out_dir: Path, targets: list[Target], work: 
     drift = drift_stage(config.verify.runtime_drift, s.limits.max_runtime_drift_lsb is not None, targets, model,
                         tflite, data.evaluation or data.calib, config.model.batch_size)
     layer_names = s.loaded.graph.layer_names()
-    targets_json = report.targets_json(s.results, layer_names)
+    targets_json = report_targets.targets_json(s.results, layer_names)
     overlays = explorer.node_data(model, targets_json, s.verification.op_errors)
     checks = (*verdict.target_checks(s.results, s.limits, layer_names), *s.checks, *s.verification.checks,
               *repair_checks, *(onnx.checks if onnx is not None else ()), *verdict.memory_checks(fw.memory, s.limits),
@@ -208,7 +208,7 @@ def check_existing(config: PipelineConfig, out_dir: Path, targets: list[Target],
     source["outputs"] = [{"name": t.get("signature_name", t["name"]), "shape": t["shape"], "dtype": t["dtype"]}
                          for t in io["outputs"]]
     fw = firmware_stage(config.output, config.build_name, model, data, None, 1)
-    targets_json = report.targets_json(results)
+    targets_json = report_targets.targets_json(results)
     overlays = explorer.node_data(model, targets_json)
     limits = gate_limits(config)
     checks = (*verdict.target_checks(results, limits),

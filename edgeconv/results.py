@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import report
 from ._record import record
 from .converters.tflite_reader import TFLiteModel
 from .exit_codes import Exit, of_gate
+from .report_targets import targets_json
 from .targets.checker import TargetResult
 
 if TYPE_CHECKING:
@@ -53,4 +53,4 @@ class CheckResult:
 
     def to_json(self) -> list[rm.TargetVerdict]:
         """The report's ``targets`` section for this model."""
-        return report.targets_json(self.targets)
+        return targets_json(self.targets)
