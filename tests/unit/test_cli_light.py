@@ -360,18 +360,19 @@ def test_a_pipeline_path_is_never_rich_markup(monkeypatch: pytest.MonkeyPatch, t
         assert f"{hostile}: FAIL in 1.0 s" in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stream.getvalue())
 
 
-@pytest.mark.parametrize(("argv", "code"), [
+@pytest.mark.parametrize(("argv", "code", "also"), [
     (["check", "tests/data/conv2d-relu.int8.tflite", "--target", "edgetpu", "--target", "arm-neon", "--format",
-      "json"], 0),
-    (["check", "tests/data/sin-island.int8.tflite"], 1),
+      "json"], 0, ("edgeconv.report", "edgeconv.markdown")),
+    (["check", "tests/data/sin-island.int8.tflite"], 1, ()),
 ])
-def test_check_imports_no_build_stage(argv: list[str], code: int) -> None:
+def test_check_imports_no_build_stage(argv: list[str], code: int, also: tuple[str, ...]) -> None:
     """`check` is a CI step of its own: the pipeline, its schema, the calibration, the passes and the cache
     are not part of it (issue 38; `scripts/bench_check.py` measures it against reading the op list alone), nor
     are logging (nothing is logged without -v; edgeconv._log), shutil (argparse's help width;
-    edgeconv.arguments.HelpFormatter) and threading (edgeconv.cancel's lock is _thread's)."""
+    edgeconv.arguments.HelpFormatter) and threading (edgeconv.cancel's lock is _thread's). Its JSON is the
+    report's targets section (edgeconv.report_targets), without the report's Markdown."""
     heavy = ("edgeconv.pipeline", "edgeconv.config", "edgeconv.calibration", "edgeconv.passes", "edgeconv.cache",
-             "edgeconv.converters.tflite_export", "tensorflow", "logging", "shutil", "threading")
+             "edgeconv.converters.tflite_export", "tensorflow", "logging", "shutil", "threading", *also)
     probe = (f"import sys\nfrom edgeconv.cli import main\ncode = main({argv!r})\n"
              f"print(code, sorted(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO)
