@@ -38,10 +38,14 @@ def program() -> int:
     collector whole.
 
     Descriptors 0-2 a parent closed are opened on /dev/null first, and the console is flushed last, so
-    neither a closed descriptor nor a failed final flush can turn the verdict into another exit code."""
+    neither a closed descriptor nor a failed final flush can turn the verdict into another exit code.
+    argparse's own words are not looked up in translations edgeconv does not ship
+    (:func:`edgeconv.arguments.untranslated`)."""
+    from .arguments import untranslated
     from .console import quiet_exit_streams, standard_descriptors
 
     standard_descriptors()
+    untranslated()
     if _command(sys.argv[1:]) == "check":
         gc.disable()  # _command: why a check runs without the collector
     code = main()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import re
 import subprocess
 import sys
@@ -489,3 +490,41 @@ def test_check_runs_without_the_collector_only_as_the_process(entry: str, argv: 
     result = subprocess.run([sys.executable, "-c", GC_PROBE, entry, *argv], capture_output=True, text=True,
                             cwd=REPO)
     assert result.stderr.strip().splitlines()[-1] == after, result.stderr
+
+
+WORDS_PROBE = """
+import argparse, gettext, sys
+from edgeconv.cli import main, program
+if sys.argv[1] == "main":
+    try:
+        code = main(sys.argv[2:])
+    except SystemExit as exc:
+        code = exc.code
+else:
+    sys.argv = ["edgeconv", *sys.argv[2:]]
+    try:
+        code = program()
+    except SystemExit as exc:
+        code = exc.code
+print(code, "locale" in sys.modules, argparse._ is gettext.gettext, file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(("entry", "after"), [("program", "0 False False"), ("main", "0 True True")])
+def test_the_command_looks_up_no_translations_of_argparse(entry: str, after: str) -> None:
+    """The edgeconv process takes argparse's words as written (arguments.untranslated): no locale module, no
+    lookups, under a language that would be looked up; main() in a host program leaves its argparse alone."""
+    result = subprocess.run([sys.executable, "-c", WORDS_PROBE, entry, "check", "tests/data/conv2d-relu.int8.tflite"],
+                            capture_output=True, text=True, cwd=REPO, env={**os.environ, "LANGUAGE": "de_DE.UTF-8"})
+    assert result.stderr.strip().splitlines()[-1] == after, result.stderr
+
+
+@pytest.mark.parametrize("argv", [["chek"], ["check"], ["check", "m.tflite", "--target"], ["check", "-q", "-v", "m"],
+                                  ["check", "m.tflite", "--format", "xml"], ["check", "--help"], ["--help"]])
+def test_argparse_says_the_same_words_untranslated(argv: list[str]) -> None:
+    """What argparse prints (usage, errors, help) is the same from the command as from main(), word for word."""
+    said = [subprocess.run([sys.executable, "-c", WORDS_PROBE, entry, *argv], capture_output=True, text=True,
+                           cwd=REPO, env={**os.environ, "COLUMNS": "100"}) for entry in ("program", "main")]
+    assert said[0].stdout == said[1].stdout
+    assert said[0].stderr.splitlines()[:-1] == said[1].stderr.splitlines()[:-1]
+    assert said[0].stderr.splitlines()[-1].split()[0] == said[1].stderr.splitlines()[-1].split()[0]
