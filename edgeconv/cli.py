@@ -40,19 +40,41 @@ def program() -> int:
     Descriptors 0-2 a parent closed are opened on /dev/null first, and the console is flushed last, so
     neither a closed descriptor nor a failed final flush can turn the verdict into another exit code.
     argparse's own words are not looked up in translations edgeconv does not ship
-    (:func:`edgeconv.arguments.untranslated`)."""
+    (:func:`edgeconv.arguments.untranslated`), and a check ends as soon as its console is flushed
+    (:func:`_end_check`)."""
     from .arguments import untranslated
     from .console import quiet_exit_streams, standard_descriptors
 
     standard_descriptors()
     untranslated()
-    if _command(sys.argv[1:]) == "check":
+    checking = _command(sys.argv[1:]) == "check"
+    if checking:
         gc.disable()  # _command: why a check runs without the collector
     code = main()
     if "tensorflow" in sys.modules:
         gc.freeze()
     quiet_exit_streams()
+    if checking:
+        _end_check(code)  # returns only when the interpreter's exit has more to do than free memory
     return code
+
+
+def _end_check(code: int) -> None:
+    """End the `edgeconv check` process now, with ``code``, when all the interpreter's exit would do is free
+    its objects one by one: 7.5 ms of a check of MobileNetV2 against two targets, an eighth of the command
+    (scripts/bench_check.py), for memory the OS takes back at once. The console is flushed by then
+    (:func:`edgeconv.console.quiet_exit_streams`), and a check writes no file. Returns (and the exit is the
+    interpreter's) when anything else is left: an exit handler (``atexit``, which ``weakref.finalize`` and
+    ``tempfile`` use; CPython counts them), a thread other than the main one, or a console stream that is not
+    the process's own."""
+    import atexit
+
+    handlers = getattr(atexit, "_ncallbacks", None)  # CPython's; elsewhere the exit is the interpreter's
+    threading = sys.modules.get("threading")
+    if (handlers is None or handlers() or (threading is not None and threading.active_count() > 1)
+            or sys.stdout is not sys.__stdout__ or sys.stderr is not sys.__stderr__):
+        return
+    os._exit(code)
 
 
 def _command(argv: Sequence[str]) -> str | None:

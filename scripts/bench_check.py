@@ -12,6 +12,8 @@ weights) with edgeconv once, then, side by side in one run, times:
   - two floors, fresh processes that only read the .tflite and list its op types: with edgeconv's reader
     (struct over the bytes, no NumPy), and with flatc's generated reader (``ai_edge_litert.schema_py_generated``,
     flatbuffers and NumPy: what a script that lists ops without edgeconv runs).
+  - the same `edgeconv check` with its exit left to the interpreter (an exit handler registered, so
+    cli._end_check does not end the process once its console is flushed): what that exit costs.
 Fresh processes are timed by wall clock and by CPU (user + system of the child), the variants taking turns;
 the Analyzer's fresh process is also timed by CPU against `edgeconv check` (``--analyzer-cpu-runs``).
 ``--model M.tflite`` checks that model instead of building one (no TensorFlow needed for the fresh-process rows).
@@ -102,16 +104,19 @@ def main() -> None:
         size = model.stat().st_size
         cli = [sys.executable, "-m", "edgeconv", "check", str(model), "--target", "edgetpu", "--target", "arm-neon",
                "--format", "json"]
-        probe = ("import sys; from edgeconv.cli import program; sys.argv[0] = 'edgeconv'; program(); "
-                 "assert 'tensorflow' not in sys.modules")
+        probe = "import sys; from edgeconv.cli import program; sys.argv[0] = 'edgeconv'; sys.exit(program())"
+        # the same command, its exit left to the interpreter (an exit handler keeps cli._end_check from ending it)
+        whole_exit = [sys.executable, "-c", "import atexit; atexit.register(int); " + probe, *cli[3:]]
         check_cli = timed(lambda: subprocess.run([sys.executable, "-c", probe, *cli[3:]], check=False,
                                                  capture_output=True), args.repeat)
         turns = [(cpu_of(cli)[1], cpu_of([sys.executable, "-c", FLOOR, str(model)])[1],
-                  cpu_of([sys.executable, "-c", FLATC_FLOOR, str(model)])[1]) for _ in range(args.repeat)]
-        check_cpu, floor_cpu, flatc_cpu = (statistics.median(t[i] for t in turns) for i in range(3))
+                  cpu_of([sys.executable, "-c", FLATC_FLOOR, str(model)])[1], cpu_of(whole_exit)[1])
+                 for _ in range(args.repeat)]
+        check_cpu, floor_cpu, flatc_cpu, whole_cpu = (statistics.median(t[i] for t in turns) for i in range(4))
         print(f"fresh processes, CPU s (median of {args.repeat}, taking turns): edgeconv check {check_cpu:.3f}; "
               f"reading and listing op types with edgeconv's reader {floor_cpu:.3f} ({check_cpu / floor_cpu:.2f}x), "
-              f"with flatc's generated reader {flatc_cpu:.3f} ({check_cpu / flatc_cpu:.2f}x)")
+              f"with flatc's generated reader {flatc_cpu:.3f} ({check_cpu / flatc_cpu:.2f}x); the check with "
+              f"the interpreter's exit {whole_cpu:.3f} ({whole_cpu / floor_cpu:.2f}x the reader's listing)")
         if args.baseline:
             here = Path(__file__).resolve().parent.parent
             pairs: dict[Path, list[tuple[float, float]]] = {}

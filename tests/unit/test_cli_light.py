@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import subprocess
@@ -465,8 +466,9 @@ def test_a_pipeline_path_with_control_characters_is_shown_escaped_in_the_table(p
 
 
 GC_PROBE = """
-import gc, sys
+import atexit, gc, sys
 from edgeconv.cli import main, program
+atexit.register(int)  # an exit handler: a check then exits as the interpreter does (cli._end_check), after this
 if sys.argv[1] == "main":
     code = main(sys.argv[2:])
 else:
@@ -493,8 +495,9 @@ def test_check_runs_without_the_collector_only_as_the_process(entry: str, argv: 
 
 
 WORDS_PROBE = """
-import argparse, gettext, sys
+import argparse, atexit, gettext, sys
 from edgeconv.cli import main, program
+atexit.register(int)  # as in GC_PROBE
 if sys.argv[1] == "main":
     try:
         code = main(sys.argv[2:])
@@ -528,3 +531,54 @@ def test_argparse_says_the_same_words_untranslated(argv: list[str]) -> None:
     assert said[0].stdout == said[1].stdout
     assert said[0].stderr.splitlines()[:-1] == said[1].stderr.splitlines()[:-1]
     assert said[0].stderr.splitlines()[-1].split()[0] == said[1].stderr.splitlines()[-1].split()[0]
+
+
+END_PROBE = """
+import atexit, os, sys, threading, time
+from edgeconv.cli import program
+
+
+class Last:
+    def __del__(self) -> None:
+        os.write(2, b"freed at exit\\n")
+
+
+last = Last()
+if "handler" in sys.argv[1]:
+    atexit.register(lambda: os.write(2, b"exit handler ran\\n"))
+if "thread" in sys.argv[1]:
+    threading.Thread(target=lambda: (time.sleep(0.3), os.write(2, b"thread finished\\n"))).start()
+sys.argv = ["edgeconv", *sys.argv[2:]]
+sys.exit(program())
+"""
+PASSES = ["check", "tests/data/conv2d-relu.int8.tflite", "--target", "edgetpu", "--target", "arm-neon", "--format",
+          "json"]
+
+
+@pytest.mark.parametrize(("argv", "code"), [
+    (PASSES, 0),
+    (["check", "tests/data/sin-island.int8.tflite"], 1),
+    (["check", "tests/data/sin-island.int8.tflite", "--format", "md"], 1),
+    (["check", "tests/data/missing.tflite"], 2),
+    (["check", "tests/data/conv2d-relu.int8.tflite", "--target", "npu"], 2),
+])
+def test_a_check_ends_with_its_verdict_once_its_console_is_flushed(argv: list[str], code: int) -> None:
+    """`edgeconv check` ends as soon as its console is flushed (cli._end_check): its exit code is the verdict
+    and its output whole, the same as when the interpreter's exit runs (an exit handler registered), and
+    nothing is freed one by one."""
+    fast, whole = (subprocess.run([sys.executable, "-c", END_PROBE, how, *argv], capture_output=True, text=True,
+                                  cwd=REPO) for how in ("-", "handler"))
+    assert (fast.returncode, whole.returncode) == (code, code), fast.stderr
+    assert fast.stdout == whole.stdout and bool(fast.stdout.strip()) is (code != 2)
+    assert fast.stderr == whole.stderr.replace("exit handler ran\n", "").replace("freed at exit\n", "")
+    assert "freed at exit" not in fast.stderr
+    assert whole.stderr.endswith("exit handler ran\nfreed at exit\n")
+
+
+def test_a_check_leaves_the_exit_to_the_interpreter_while_a_thread_runs() -> None:
+    """A host's thread still running (an embedding that starts one): the interpreter's exit waits for it."""
+    result = subprocess.run([sys.executable, "-c", END_PROBE, "thread", *PASSES], capture_output=True, text=True,
+                            cwd=REPO)
+    assert result.returncode == 0 and json.loads(result.stdout)[0]["name"] == "edgetpu"
+    assert result.stderr.endswith("thread finished\nfreed at exit\n"), result.stderr
+
