@@ -66,13 +66,14 @@ def _end_check(code: int) -> None:
     (:func:`edgeconv.console.quiet_exit_streams`), and a check writes no file. Returns (and the exit is the
     interpreter's) when anything else is left: an exit handler (``atexit``, which ``weakref.finalize`` and
     ``tempfile`` use; CPython counts them), a thread other than the main one, or a console stream that is not
-    the process's own."""
+    the process's own, or a profiler or tracer watching (``python -m cProfile`` prints after the command)."""
     import atexit
 
     handlers = getattr(atexit, "_ncallbacks", None)  # CPython's; elsewhere the exit is the interpreter's
     threading = sys.modules.get("threading")
     if (handlers is None or handlers() or (threading is not None and threading.active_count() > 1)
-            or sys.stdout is not sys.__stdout__ or sys.stderr is not sys.__stderr__):
+            or sys.stdout is not sys.__stdout__ or sys.stderr is not sys.__stderr__
+            or sys.getprofile() is not None or sys.gettrace() is not None):
         return
     os._exit(code)
 

@@ -582,3 +582,12 @@ def test_a_check_leaves_the_exit_to_the_interpreter_while_a_thread_runs() -> Non
     assert result.returncode == 0 and json.loads(result.stdout)[0]["name"] == "edgetpu"
     assert result.stderr.endswith("thread finished\nfreed at exit\n"), result.stderr
 
+
+
+def test_a_profiled_check_leaves_the_exit_to_the_interpreter() -> None:
+    """`python -m cProfile -m edgeconv check` prints its profile after the command: the check does not end the
+    process under a profiler (or a tracer)."""
+    result = subprocess.run([sys.executable, "-m", "cProfile", "-s", "tottime", "-m", "edgeconv", *PASSES],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert "function calls" in result.stdout and "Ordered by: internal time" in result.stdout
