@@ -83,9 +83,6 @@ def rel(path: Path) -> str:
 # Text from the inputs never reaches a console, a log or a rendered page with one in it: printable escapes
 # them, markdown shows them as U+FFFD, and a target file holding one is refused.
 TERMINAL_CONTROLS = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
-# What no console line may hold from the inputs (a model's names, a data file's header, a report's text):
-# those, and the line breaks (a line of its own: a CI runner reads a line starting with "::" as a workflow
-# command; a carriage return overwrites the line). Each is shown escaped, as Python writes it. A tab is text.
 
 
 @functools.cache
@@ -99,7 +96,12 @@ def controls(extra: str = "") -> re.Pattern[str]:
 
 
 def printable(text: str) -> str:
-    """``text`` as one console line: its control characters escaped (``\\x1b``, ``\\n``, ``\\u202e``)."""
+    """``text`` as one console line: its control characters escaped (``\\x1b``, ``\\n``, ``\\u202e``).
+
+    What no console line may hold from the inputs (a model's names, a data file's header, a report's text):
+    the terminal controls, and the line breaks (a line of its own: a CI runner reads a line starting with
+    "::" as a workflow command; a carriage return overwrites the line). Each is shown escaped, as Python
+    writes it. A tab is text."""
     if text.isprintable():  # the common case: nothing to escape (controls)
         return text
     return controls("\r\n").sub(_escaped, text)

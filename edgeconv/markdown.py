@@ -36,12 +36,13 @@ _TAG = re.compile(r"<(?=[A-Za-z/!?])")
 _ENTITY = re.compile(r"&(?=#?[A-Za-z0-9]+;)")  # "&lt;" in a name shows as "&lt;", not as "<"
 _MENTION = re.compile(r"@(?=[A-Za-z0-9])")  # @user or @org/team: a word joiner after the @ pings no one
 _LINES = re.compile(r"[\r\n]+")
-# Controls other than line breaks (an escape sequence, DEL, C1, a bidirectional override): shown as U+FFFD,
-# as the .tflite reader shows them, wherever this Markdown is read (a file, a terminal, a PR comment).
 _TICKS = re.compile("`+")
 
 
 def _line(value: object) -> str:
+    """``value`` as one line: line breaks as a space, other controls (an escape sequence, DEL, C1, a
+    bidirectional override) as U+FFFD, as the .tflite reader shows them, wherever this Markdown is read (a
+    file, a terminal, a PR comment)."""
     line = str(value)
     if line.isprintable():  # neither a line break nor a control (errors.controls)
         return line

@@ -350,8 +350,6 @@ def _mapping(node: yaml.Node | None, key: str, ctx: Ctx, allowed: tuple[str, ...
 # parameters) are printed as they are, to CI logs and terminals: none may hold a terminal control (an escape
 # sequence, a carriage return that overwrites a line, DEL, a C1 control) or a bidirectional override that
 # reorders what is shown. Tabs and line breaks are text.
-
-
 def _printable(value: Any, node: yaml.Node, key: str, ctx: Ctx) -> None:
     """Refuse ``value`` (a text, or the texts in a list or mapping) when it holds a control character."""
     if isinstance(value, str):
