@@ -343,7 +343,10 @@ def main() -> None:
     hands = {kind: work / f"hand-{kind}.py" for kind in ("keras", "tf1")}
     hands["keras"].write_text(HAND_KERAS + HAND_BODY)
     hands["tf1"].write_text(HAND_TF1 + HAND_BODY)
-    env = {**os.environ, "EDGECONV_NO_CACHE": "1"}
+    # Each run's pipeline reads a model and data outside its folder: the benchmark, as a workflow would, grants
+    # those folders (a pipeline reads only inside its project otherwise; docs/RELIABILITY.md).
+    env = {**os.environ, "EDGECONV_NO_CACHE": "1",
+           "EDGECONV_READ_ROOTS": os.pathsep.join([str(work.resolve()), str(REPO / "examples" / "digits")])}
     rows = []
     for name in args.models:
         model, cal, ev = make_model(work, name)
