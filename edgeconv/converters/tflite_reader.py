@@ -189,6 +189,19 @@ class TFLiteModel:
         """The op that writes ``tensor`` (None for inputs, constants and variables)."""
         return self._producers.get((subgraph, tensor.index))
 
+    @functools.cached_property
+    def _readers(self) -> dict[tuple[int, int], tuple[OpInfo, ...]]:
+        found: dict[tuple[int, int], list[OpInfo]] = {}
+        for op in self.ops:
+            for index in dict.fromkeys(t.index for t in op.inputs if t is not None):  # an op reads a tensor once
+                found.setdefault((op.subgraph, index), []).append(op)
+        return {key: tuple(ops) for key, ops in found.items()}
+
+    def readers(self, tensor: int, subgraph: int = 0) -> tuple[OpInfo, ...]:
+        """The ops that read tensor number ``tensor`` of ``subgraph``, in op order (found once for the whole
+        model: asking each op in turn made a check quadratic in the op count)."""
+        return self._readers.get((subgraph, tensor), ())
+
     def static(self, tensor: TensorInfo | None, subgraph: int = 0, depth: int = 0) -> bool:
         """Constant data, or what ops that only unpack constant data make of it (DEQUANTIZE of float16
         weights, DENSIFY of sparse weights, in any order): runtimes fold both into static weights."""

@@ -15,9 +15,7 @@ def consumers_delegated(op: OpInfo, model: TFLiteModel, placed: Mapping[tuple[in
     source = op.inputs[0] if op.inputs else None
     if source is None or not source.constant or source.dtype is not TensorType.FLOAT16 or not op.outputs:
         return OK
-    out = op.outputs[0].index
-    graph = model.subgraphs[op.subgraph]
-    readers = [o for o in graph.ops if any(t is not None and t.index == out for t in o.inputs)]
+    readers = model.readers(op.outputs[0].index, op.subgraph)
     outside = [o for o in readers if placed.get((o.subgraph, o.index)) != "supported"]
     if not outside:
         return OK
