@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import inspect
 from collections.abc import Mapping
 from pathlib import Path
@@ -85,8 +86,10 @@ class Rule:
     def fn(self) -> Constraint:
         return CONSTRAINTS[self.check]
 
-    @property
+    @functools.cached_property
     def text(self) -> str:
+        """The rule's text: its constraint's docstring with the parameters filled in (made once a rule: every
+        op that breaks the rule quotes it)."""
         return rule_text(self.fn, dict(self.params))
 
 
