@@ -18,7 +18,7 @@ from typing import Any
 
 from . import _log, cancel
 from .console import print_lines
-from .errors import EdgeconvError, printable, rel
+from .errors import EdgeconvError, printable, printable_lines, rel
 from .exit_codes import Exit
 
 EXIT_OK, EXIT_GATE, EXIT_USER, EXIT_INTERNAL = Exit.OK, Exit.GATE, Exit.USER, Exit.INTERNAL
@@ -177,8 +177,7 @@ def _main(args: argparse.Namespace) -> int:
             return _reference(args)
         raise AssertionError(args.command)
     except EdgeconvError as exc:
-        for line in str(exc).splitlines():
-            print(f"edgeconv: error: {printable(line)}", file=sys.stderr)
+        _say_error(str(exc))
         return EXIT_USER
     except KeyboardInterrupt:
         print(f"edgeconv: interrupted; {_what_was_written()}", file=sys.stderr)
@@ -188,6 +187,12 @@ def _main(args: argparse.Namespace) -> int:
         return Exit.TERMINATED
     except Exception as exc:  # a bug, or the toolchain failing: traceback to a log
         return _crash(exc)
+
+
+def _say_error(text: str) -> None:
+    """A user mistake's message, each line behind ``edgeconv: error: `` (:func:`~edgeconv.errors.printable_lines`)."""
+    for line in printable_lines(text):
+        print(f"edgeconv: error: {line}", file=sys.stderr)
 
 
 def _what_was_written() -> str:
@@ -289,8 +294,7 @@ def _build_single(path: Path, options: Any, *, quiet: bool) -> Any:
     if outcome.crash_log is not None:
         _say_crash((outcome.error or "").removeprefix("internal error: "), outcome.crash_log)
     elif result is None:
-        for line in (outcome.error or "").splitlines():
-            print(f"edgeconv: error: {printable(line)}", file=sys.stderr)
+        _say_error(outcome.error or "")
     else:
         from .report import console_lines
 
@@ -378,8 +382,7 @@ def _validate(paths: Sequence[Path], *, quiet: bool = False, check_files: bool =
         except EdgeconvError as exc:
             if len(paths) == 1:
                 raise
-            for line in str(exc).splitlines():
-                print(f"edgeconv: error: {printable(line)}", file=sys.stderr)
+            _say_error(str(exc))
             failed = True
             continue
         if quiet:
@@ -460,8 +463,8 @@ def _check_onnx(args: argparse.Namespace) -> int:
             raise EdgeconvError(f"{flag} applies to .tflite models: there are no target rules for ONNX models yet")
     summary = read_onnx(args.model)
     warnings = onnx_warnings(summary)
-    lines = onnx_lines(args.model, summary, warnings, args.format)  # JSON escapes its own
-    print("\n".join(lines if args.format == "json" else (printable(line) for line in "\n".join(lines).splitlines())))
+    text = "\n".join(onnx_lines(args.model, summary, warnings, args.format))
+    print(text if args.format == "json" else "\n".join(printable_lines(text)))  # JSON escapes its own
     return EXIT_GATE if warnings and args.fail_on_warnings else EXIT_OK
 
 

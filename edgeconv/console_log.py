@@ -14,10 +14,10 @@ class Formatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         """``edgeconv: [warning: ]`` before each line of the message (one from the inputs may hold several),
         each line :func:`~edgeconv.errors.printable`."""
-        from .errors import printable
+        from .errors import printable_lines
 
         level = "warning: " if record.levelno >= logging.WARNING else ""
-        return "\n".join(f"edgeconv: {level}{printable(line)}" for line in record.getMessage().splitlines() or [""])
+        return "\n".join(f"edgeconv: {level}{line}" for line in printable_lines(record.getMessage()) or [""])
 
 
 def stream_handler(stream: Any) -> logging.Handler:

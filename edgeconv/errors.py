@@ -107,6 +107,12 @@ def printable(text: str) -> str:
     return controls("\r\n").sub(_escaped, text)
 
 
+def printable_lines(text: str) -> list[str]:
+    """``text`` as console lines: each of its lines :func:`printable` (so a line break in a value from the
+    inputs starts a line behind whatever the caller puts before each, never with the input's own text)."""
+    return [printable(line) for line in text.splitlines()]
+
+
 def _escaped(found: re.Match[str]) -> str:
     code = ord(found.group())
     return {10: "\\n", 13: "\\r"}.get(code) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
