@@ -221,8 +221,8 @@ def diagnosis_markdown(found: rm.Diagnosis | None) -> list[str]:
              "that add the most error), then the op that adds the most error, then what was found but not "
              "confirmed.", "", "| rank | cause | confirmed | what | fix |", "|---|---|---|---|---|"]
     lines += [f"| {c['rank']} | {md.code(c['id'], cell=True)} | {'yes' if c['confirmed'] else 'no'} | "
-              f"{_esc(c['sentence'])} | "
-              f"{_esc(c['fix'])} |" for c in found["causes"]]
+              f"{md.text(c['sentence'])} | "
+              f"{md.text(c['fix'])} |" for c in found["causes"]]
     return [*lines, ""]
 
 
@@ -236,9 +236,6 @@ def _fmt_counts(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{md.text(k)} x{v}" for k, v in sorted(counts.items())) or "nothing"
 
 
-_esc = md.text  # text from the inputs (names, paths, the sentences made of them), shown as its characters
-
-
 def targets_markdown(targets: Sequence[rm.TargetVerdict], checks: Sequence[rm.Check] = ()) -> list[str]:
     """The targets' table (each verdict with the gate checks made on it: verdict.target_passes), then per
     target what stops it and the ops not fully supported."""
@@ -247,22 +244,21 @@ def targets_markdown(targets: Sequence[rm.TargetVerdict], checks: Sequence[rm.Ch
     for t in targets:
         c = t["counts"]
         word = "PASS" if target_passes(t, checks) else "FAIL"
-        lines.append(f"| {_esc(t['name'])} | **{word}** | {c['supported']} | {c.get('uncertain', 0)} | "
+        lines.append(f"| {md.text(t['name'])} | **{word}** | {c['supported']} | {c.get('uncertain', 0)} | "
                      f"{c['cpu_fallback']} | {c['unsupported']} | {t['warnings']} | {t['shares']['macs']:.1%} |")
     for t in targets:
         if t.get("error"):
-            lines += ["", f"**{_esc(t['name'])}: no verdict.** {_esc(t['error'])}"]
+            lines += ["", f"**{md.text(t['name'])}: no verdict.** {md.text(t['error'])}"]
         estimated = estimates_line(t)
         if estimated is not None:
-            lines += ["", _esc(estimated)]
+            lines += ["", md.text(estimated)]
     for t in targets:
         blocking = t.get("first_blocking_op")
         if blocking:
-            where = _esc(", ".join(blocking.get("source_layers", []))) or "-"
-            lines += ["", f"**{_esc(t['name'])}: first blocking op #{blocking['index']} {_esc(blocking['type'])}** "
-                      "(layers: "
-                      f"{where}): {_esc('; '.join(blocking['reasons']))}. Every op that depends on it runs "
-                      "on the CPU."]
+            where = md.text(", ".join(blocking.get("source_layers", []))) or "-"
+            lines += ["", f"**{md.text(t['name'])}: first blocking op #{blocking['index']} "
+                      f"{md.text(blocking['type'])}** (layers: {where}): {md.text('; '.join(blocking['reasons']))}. "
+                      "Every op that depends on it runs on the CPU."]
         groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
         for op in t["ops"]:
             for v in op["violations"]:
@@ -270,17 +266,17 @@ def targets_markdown(targets: Sequence[rm.TargetVerdict], checks: Sequence[rm.Ch
                     groups.setdefault((op["type"], v["rule"], v["effect"]), []).append({**op, "v": v})
         if not groups:
             continue
-        lines += ["", f"### Ops not fully supported by {_esc(t['name'])}", "",
+        lines += ["", f"### Ops not fully supported by {md.text(t['name'])}", "",
                   "| op type | effect | rule | reason (first seen) | ops | source layers | fix |",
                   "|---|---|---|---|---|---|---|"]
         for (op_type, rule, status), ops in sorted(groups.items()):
             first = ops[0]["v"]
             indices = ", ".join(f"#{o['index']}" for o in ops[:8]) + (" ..." if len(ops) > 8 else "")
             layers = sorted({layer for o in ops for layer in o.get("source_layers", [])})
-            lines.append(f"| {_esc(op_type)} | {_esc(status)} | {md.code(rule, cell=True)} | {_esc(first['text'])} "
-                         "Observed: "
-                         f"{_esc(first['detail'])} | {indices} | {_esc(', '.join(layers)) or '-'} | "
-                         f"{_esc(first['fix']) or '-'} |")
+            lines.append(f"| {md.text(op_type)} | {md.text(status)} | {md.code(rule, cell=True)} | "
+                         f"{md.text(first['text'])} Observed: {md.text(first['detail'])} | "
+                         f"{indices} | {md.text(', '.join(layers)) or '-'} | "
+                         f"{md.text(first['fix']) or '-'} |")
     return lines
 
 
@@ -288,7 +284,7 @@ def _engine_text(q: rm.Quantization) -> str:
     """How AI Edge Quantizer quantized the model, when it did."""
     if q.get("engine") != "ai-edge-quantizer":
         return ""
-    parts = [f"int16 activations for {_esc(', '.join(q['int16_ops']))}"] if q.get("int16_ops") else []
+    parts = [f"int16 activations for {md.text(', '.join(q['int16_ops']))}"] if q.get("int16_ops") else []
     if q.get("range_percentile") is not None:
         parts.append(f"activation ranges at the {q['range_percentile']:g}th percentile")
     return ", quantized by AI Edge Quantizer" + (f" ({'; '.join(parts)})" if parts else "")
@@ -299,27 +295,27 @@ def to_markdown(report: rm.Report) -> str:
     tfl = report["artifacts"]["tflite"]
     q = report["quantization"]
     model = report["model"]
-    how = (_esc(f"{q['mode']}, {q['input_type']} in / {q['output_type']} out")
-           + (f", float kept for {_esc(', '.join(q['keep_float']))}" if q.get("keep_float") else "")
+    how = (md.text(f"{q['mode']}, {q['input_type']} in / {q['output_type']} out")
+           + (f", float kept for {md.text(', '.join(q['keep_float']))}" if q.get("keep_float") else "")
            + _engine_text(q) if q is not None else "an existing .tflite, checked as it is")
-    lines = [f"# edgeconv report: {_esc(report['name'])}", "",
-             f"**Gate: {_esc(gate['verdict'].upper())}**. Built {md.code(tfl['path'])} ({tfl['bytes']:,} bytes, "
+    lines = [f"# edgeconv report: {md.text(report['name'])}", "",
+             f"**Gate: {md.text(gate['verdict'].upper())}**. Built {md.code(tfl['path'])} ({tfl['bytes']:,} bytes, "
              f"{how}) from "
-             f"{md.code(model['path'])} ({_esc(model['format'])}).", ""]
+             f"{md.code(model['path'])} ({md.text(model['format'])}).", ""]
     for reason in gate["reasons"]:
-        lines.append(f"- {_esc(reason)}")
+        lines.append(f"- {md.text(reason)}")
     if gate["reasons"]:
         lines.append("")
-    lines += [f"- **loosened**: {_esc(note)}" for note in gate.get("disabled", [])]
+    lines += [f"- **loosened**: {md.text(note)}" for note in gate.get("disabled", [])]
     if gate.get("disabled"):
         lines.append("")
     if gate.get("checks"):
         lines += ["## Verdict", "", "| check | outcome | measured | limit | |", "|---|---|---|---|---|"]
-        lines += [f"| {md.code(c['id'], cell=True)} | {_esc(c['outcome'])} | {_cell(c['measured'])} | "
-                  f"{_cell(c['limit'])} | {_esc(c['sentence'])} |" for c in gate["checks"]]
+        lines += [f"| {md.code(c['id'], cell=True)} | {md.text(c['outcome'])} | {_cell(c['measured'])} | "
+                  f"{_cell(c['limit'])} | {md.text(c['sentence'])} |" for c in gate["checks"]]
         lines.append("")
     if model.get("notes"):
-        lines += ["## Loading", ""] + [f"- {_esc(n)}" for n in model["notes"]] + [""]
+        lines += ["## Loading", ""] + [f"- {md.text(n)}" for n in model["notes"]] + [""]
     lines += ["## Targets", ""] + targets_markdown(report["targets"], report["gate"]["checks"]) + [""]
     overlays = [o["path"] for o in report["artifacts"].get("explorer", [])]
     if overlays:
@@ -336,7 +332,7 @@ def to_markdown(report: rm.Report) -> str:
     if eq is not None:
         lines += ["## Passes changed nothing that matters", "",
                   f"Max abs difference between the model in inference mode and the cleaned graph over "
-                  f"{eq['samples']} {_esc(eq.get('inputs', 'calibration samples'))}:"
+                  f"{eq['samples']} {md.text(eq.get('inputs', 'calibration samples'))}:"
                   f" **{eq['max_abs_diff']:.3g}** (limit {eq['tolerance']:g}): "
                   f"{'ok' if eq['passed'] else 'FAILED'}.", ""]
     lines += verification_markdown(report)
@@ -347,7 +343,7 @@ def to_markdown(report: rm.Report) -> str:
         lines += ["## Calibration", ""]
         if cal["warnings"]:
             lines += [f"**{len(cal['warnings'])} warning(s)** about the calibration data:", ""]
-            lines += [f"- {md.code(w['check'])}: {_esc(w['message'])}" for w in cal["warnings"]]
+            lines += [f"- {md.code(w['check'])}: {md.text(w['message'])}" for w in cal["warnings"]]
             lines.append("")
         lines += _data_markdown(cal)
         ev = report.get("evaluation")
@@ -361,11 +357,11 @@ def _cell(value: Any) -> str:
         return "-"
     if isinstance(value, float):
         return f"{value:.4g}"
-    return str(value) if isinstance(value, int) else _esc(value)
+    return str(value) if isinstance(value, int) else md.text(value)
 
 
 def _culprit_where(c: rm.Culprit) -> str:
-    where = _esc(", ".join(c["source_layers"])) or md.code(c["tensor"], cell=True)
+    where = md.text(", ".join(c["source_layers"])) or md.code(c["tensor"], cell=True)
     return f"{where} (model output)" if c["model_output"] else where
 
 
@@ -384,15 +380,15 @@ def repair_markdown(found: rm.Repair | None) -> list[str]:
     """The repair search: each trial with its costs, the chosen one and its snippet."""
     if not found:
         return []
-    lines = ["## Repair", "", _esc(found["summary"]) + ".", ""]
+    lines = ["## Repair", "", md.text(found["summary"]) + ".", ""]
     cause = found.get("as_configured")
     if cause is not None:
         lines += ["The build as configured (before the change):", ""]
-        lines += [f"- failed: {_esc(f)}" for f in cause["failed"]]
-        lines += [f"- calibration finding{' (severe)' if f['severe'] else ''}: {_esc(f['message'])}"
+        lines += [f"- failed: {md.text(f)}" for f in cause["failed"]]
+        lines += [f"- calibration finding{' (severe)' if f['severe'] else ''}: {md.text(f['message'])}"
                   for f in cause["findings"]]
         lines.append("")
-    lines += [f"- not tried: {_esc(why)}" for why in found["skipped"]] + ([""] if found["skipped"] else [])
+    lines += [f"- not tried: {md.text(why)}" for why in found["skipped"]] + ([""] if found["skipped"] else [])
     if found["snippet"]:
         lines += ["The output is built with this change; add it to the pipeline (merge the keys into the sections "
                   "it names) to build the same bytes without the search:", "", *md.fenced(found["snippet"], "yaml"), ""]
@@ -402,13 +398,14 @@ def repair_markdown(found: rm.Repair | None) -> list[str]:
                   f"{samples['held_back']} are held back: the winner is validated on them (`held back`).", ""]
     targets = sorted({t for trial in found["trials"] for t in trial["mac_share"]})
     lines += ["| trial | change | gates | accuracy | SQNR (dB) | top-1 agreement | "
-              + " | ".join(f"MACs supported on {_esc(t)}" for t in targets) + " | bytes | s | held back |",
+              + " | ".join(f"MACs supported on {md.text(t)}" for t in targets) + " | bytes | s | held back |",
               "|---|---|---|---|---|---|" + "---|" * len(targets) + "---|---|---|"]
     for t in found["trials"]:
         mark = " **(chosen)**" if t["trial"] == found["chosen"] else ""
-        mark += f" (interface: {_esc(t['interface_change'])})" if t.get("interface_change") else ""
+        mark += f" (interface: {md.text(t['interface_change'])})" if t.get("interface_change") else ""
         gates = "pass" if t["passes_gates"] else "fail: " + "; ".join(t["failed"])
-        lines.append(f"| {t['trial']}{mark} | {_esc(t['change'])} | {_esc(gates)} | {_num(t['accuracy'], '.2%')} | "
+        lines.append(f"| {t['trial']}{mark} | {md.text(t['change'])} | {md.text(gates)} | "
+                     f"{_num(t['accuracy'], '.2%')} | "
                      + ", ".join(_num(v, ".1f") for v in t["sqnr_db"].values()) + " | "
                      + ", ".join(_num(v, ".2%") for v in t["top1_agreement"].values()) + " | "
                      + " | ".join(f"{t['mac_share'].get(name, 0.0):.1%}" for name in targets)
@@ -422,7 +419,7 @@ def verification_markdown(report: rm.Report) -> list[str]:
     parity = report.get("parity")
     if parity is not None:
         lines += ["## Parity: source model vs float .tflite vs built .tflite", "",
-                  f"On {parity['samples']} {_esc(parity.get('data', 'evaluation'))} samples; the source model in "
+                  f"On {parity['samples']} {md.text(parity.get('data', 'evaluation'))} samples; the source model in "
                   "inference "
                   "mode is the reference.",
                   "", "| output | model | max abs error | mean abs error | cosine | SQNR (dB) | top-1 agreement |",
@@ -431,7 +428,8 @@ def verification_markdown(report: rm.Report) -> list[str]:
             for model, m in per.items():
                 top1 = "-" if m["top1_agreement"] is None else f"{m['top1_agreement']:.2%}"
                 top1 += f" (mean box IoU {m['mean_iou']:.3f})" if m.get("mean_iou") is not None else ""
-                lines.append(f"| {_esc(name)} | {_esc(model)} | {m['max_abs_error']:.3g} | {m['mean_abs_error']:.3g} | "
+                lines.append(f"| {md.text(name)} | {md.text(model)} | {m['max_abs_error']:.3g} | "
+                             f"{m['mean_abs_error']:.3g} | "
                              f"{m['cosine']:.6f} | {_num(m['sqnr_db'], '.1f')} | {top1} |")
         acc = parity.get("accuracy")
         if acc is not None:
@@ -449,7 +447,7 @@ def verification_markdown(report: rm.Report) -> list[str]:
                   + (" Measured on the calibration samples: the pipeline has no evaluation data."
                      if parity is not None and parity.get("data") == "calibration" else ""), "",
                   "| rank | op | source layers | erased | SQNR (dB) | rmse/scale |", "|---|---|---|---|---|---|"]
-        lines += [f"| {c['rank']} | {_esc(c['op'])} | {_culprit_where(c)} | {c['erased']:.1%}"
+        lines += [f"| {c['rank']} | {md.text(c['op'])} | {_culprit_where(c)} | {c['erased']:.1%}"
                   f"{' (output: not ranked)' if c['model_output'] else ''} | {_num(c['sqnr_db'], '.1f')} | "
                   f"{c['rmse_per_scale']:.2f} |" for c in culprits]
         lines.append("")
@@ -463,15 +461,16 @@ def verification_markdown(report: rm.Report) -> list[str]:
     if suggestion is not None:
         lines += ["## Keeping layers in float", ""]
         if suggestion["found"]:
-            lines += [f"Keeping **{_esc(', '.join(suggestion.get('layers') or []))}** in float meets the gates. Add to "
-                      "the pipeline:", "",
+            lines += [f"Keeping **{md.text(', '.join(suggestion.get('layers') or []))}** in float meets the gates. "
+                      "Add to the pipeline:", "",
                       *md.fenced("quantization:\n  keep_float:\n"
                                  + "".join(f"    - {json.dumps(p)}\n" for p in suggestion["keep_float"] or []),
                                  "yaml"), ""]
         else:
             lines += ["No set of the worst layers tried meets the gates.", ""]
         lines += ["| step | layers in float | gates | accuracy | bytes |", "|---|---|---|---|---|"]
-        lines += [f"| {_esc(t['step'])} | {_esc(', '.join(t['layers']))} | {'pass' if t['passes_gates'] else 'fail'} | "
+        lines += [f"| {md.text(t['step'])} | {md.text(', '.join(t['layers']))} | "
+                  f"{'pass' if t['passes_gates'] else 'fail'} | "
                   f"{_num(t['accuracy'], '.2%')} | {t['bytes']:,} |" for t in suggestion["steps"]]
         lines.append("")
     lines += repair_markdown(report.get("repair"))
@@ -481,7 +480,7 @@ def verification_markdown(report: rm.Report) -> list[str]:
         lines += ["## Memory", "", f"Flash (the .tflite): {memory['flash_bytes']:,} bytes. TFLite Micro tensor arena, "
                   f"estimated: **{memory['arena_bytes']:,} bytes** ({memory['activations_bytes']:,} activations + "
                   f"{memory['bookkeeping_bytes']:,} bookkeeping, +{memory['margin']:.0%}; "
-                  f"{_esc(memory['method'])}).", ""]
+                  f"{md.text(memory['method'])}).", ""]
     firmware = report.get("firmware")
     if firmware and firmware["files"]:
         lines += ["## Firmware files", ""] + [f"- {md.code(f)}" for f in firmware["files"]] + [""]
@@ -502,14 +501,14 @@ def verification_markdown(report: rm.Report) -> list[str]:
 
 def onnx_model_markdown(m: Mapping[str, Any]) -> list[str]:
     """One ONNX model for `edgeconv check`: opsets, inputs, outputs, op counts, what is flagged."""
-    opsets = _esc(", ".join(f"{k} {v}" for k, v in m["opsets"].items()))
+    opsets = md.text(", ".join(f"{k} {v}" for k, v in m["opsets"].items()))
     lines = [f"Opsets: {opsets}; IR version {m['ir_version']}; "
              f"{m['bytes']:,} bytes.", "", "| op | count |", "|---|---|"]
-    lines += [f"| {_esc(op)} | {n} |" for op, n in m["ops"].items()]
+    lines += [f"| {md.text(op)} | {n} |" for op, n in m["ops"].items()]
     lines.append("")
-    lines += [f"- {kind} {md.code(v['name'])} {_esc(str(v['dtype']) + ' ' + str(v['shape']))}"
+    lines += [f"- {kind} {md.code(v['name'])} {md.text(str(v['dtype']) + ' ' + str(v['shape']))}"
               for kind, key in (("input", "inputs"), ("output", "outputs")) for v in m[key]]
-    lines += [f"- **warning**: {_esc(w)}" for w in m.get("warnings", [])]
+    lines += [f"- **warning**: {md.text(w)}" for w in m.get("warnings", [])]
     return [*lines, ""]
 
 
@@ -519,19 +518,19 @@ def onnx_markdown(onnx: rm.Onnx) -> list[str]:
              f"Runtime on the {onnx['data']} data.", "", "| model | file | bytes | inputs | outputs | ops |",
              "|---|---|---|---|---|---|"]
     for kind, m in onnx["models"].items():
-        io = [_esc("; ".join(f"{v['name']} {v['dtype']} {v['shape']}" for v in m[key]))
+        io = [md.text("; ".join(f"{v['name']} {v['dtype']} {v['shape']}" for v in m[key]))
               for key in ("inputs", "outputs")]
-        lines.append(f"| {_esc(kind)} | {md.code(m['file'], cell=True)} | {m['bytes']:,} | {io[0]} | {io[1]} | "
+        lines.append(f"| {md.text(kind)} | {md.code(m['file'], cell=True)} | {m['bytes']:,} | {io[0]} | {io[1]} | "
                      f"{_fmt_counts(m['ops'])} |")
     lines.append("")
     origin = typing.cast("rm.FloatOnnxModel", onnx["models"]["float"]).get("from_tf")
     if origin:
         lines += ["| TensorFlow op (after the passes) | ONNX ops |", "|---|---|"]
-        lines += [f"| {_esc(tf_op)} | {_fmt_counts(ops)} |" for tf_op, ops in origin.items()]
+        lines += [f"| {md.text(tf_op)} | {_fmt_counts(ops)} |" for tf_op, ops in origin.items()]
         lines.append("")
     flagged = [f"{kind}: custom domain(s) {', '.join(m['custom_domains'])}" for kind, m in onnx["models"].items()
                if m["custom_domains"]]
-    lines += [f"- {_esc(f)}" for f in flagged]
+    lines += [f"- {md.text(f)}" for f in flagged]
     runs = onnx["parity"]
     for name, per in runs["float"]["outputs"].items():
         f = per["onnx_float"]
@@ -554,12 +553,12 @@ def onnx_markdown(onnx: rm.Onnx) -> list[str]:
 def _data_markdown(data: rm.Data) -> list[str]:
     files = f", {data['file_count']} files" if data.get("file_count", 1) > 1 else ""
     lines = [f"{data['samples']} of {data['available']} samples from {md.code(data['path'])} "
-             f"({_esc(data['source'])}{files}, "
+             f"({md.text(data['source'])}{files}, "
              f"seed {data['seed']}), samples sha256 `{data['samples_sha256'][:16]}...`.", "",
              "| input | min | max | mean | std | neighbour correlation |", "|---|---|---|---|---|---|"]
     for name, s in data["stats"].items():
         corr = s.get("neighbour_correlation")
-        lines.append(f"| {_esc(name)} | {s['min']:.4g} | {s['max']:.4g} | {s['mean']:.4g} | {s['std']:.4g} | "
+        lines.append(f"| {md.text(name)} | {s['min']:.4g} | {s['max']:.4g} | {s['mean']:.4g} | {s['std']:.4g} | "
                      f"{'-' if corr is None else f'{corr:.2f}'} |")
     lines.append("")
     return lines
@@ -568,7 +567,7 @@ def _data_markdown(data: rm.Data) -> list[str]:
 def passes_markdown(p: rm.PassSection) -> list[str]:
     """One pass for a person: what it did per layer, why, and the op counts."""
     before, after = sum(p["ops_before"].values()), sum(p["ops_after"].values())
-    lines = [f"### {_esc(p['name'])}", ""]
+    lines = [f"### {md.text(p['name'])}", ""]
     if not p["removed"] and not p["rewrites"]:
         lines += [f"Nothing to do: {before} graph ops, none removed.", ""]
     else:
@@ -576,18 +575,18 @@ def passes_markdown(p: rm.PassSection) -> list[str]:
                   f"{_fmt_counts(p['removed'])}.", ""]
     if p["rewrites"]:
         lines += ["| where | what changed |", "|---|---|"]
-        lines += [f"| {_esc(', '.join(r['layers']) or r['node'])} | {_esc(r['description'])} |"
+        lines += [f"| {md.text(', '.join(r['layers']) or r['node'])} | {md.text(r['description'])} |"
                   for r in p["rewrites"]]
         lines.append("")
     if p["removed_by_layer"]:
         lines += ["| source layer | removed ops |", "|---|---|"]
-        lines += [f"| {_esc(layer)} | {_fmt_counts(c)} |" for layer, c in p["removed_by_layer"].items()]
+        lines += [f"| {md.text(layer)} | {_fmt_counts(c)} |" for layer, c in p["removed_by_layer"].items()]
         lines.append("")
     if p["removed_by_reason"]:
         lines += ["| why | removed ops |", "|---|---|"]
-        lines += [f"| {_esc(reason)} | {_fmt_counts(c)} |" for reason, c in p["removed_by_reason"].items()]
+        lines += [f"| {md.text(reason)} | {_fmt_counts(c)} |" for reason, c in p["removed_by_reason"].items()]
         lines.append("")
-    lines += [f"- {_esc(note)}" for note in p["notes"]]
+    lines += [f"- {md.text(note)}" for note in p["notes"]]
     if p["notes"]:
         lines.append("")
     return lines
@@ -635,9 +634,9 @@ def golden_line(golden: Mapping[str, Any]) -> str:
         return f"bit-exact ({golden['tensors_compared']} tensor(s) compared)"
     if golden["verdict"] == "differs":
         d = golden["first_difference"]
-        return (f"**differs**: first at op #{d['op']} {_esc(d['type'])} ('{_esc(d['tensor'])}'), up to "
+        return (f"**differs**: first at op #{d['op']} {md.text(d['type'])} ('{md.text(d['tensor'])}'), up to "
                 f"{d['max_lsb']} LSB on {d['differ']:.2%} of its values")
-    return f"not computed: {_esc(golden['why'])}"
+    return f"not computed: {md.text(golden['why'])}"
 
 
 def drift_markdown(drift: rm.RuntimeDrift | None) -> list[str]:
@@ -645,15 +644,15 @@ def drift_markdown(drift: rm.RuntimeDrift | None) -> list[str]:
     if not drift:
         return []
     lines = ["## Runtimes against the reference", "",
-             f"On {drift['samples']} {_esc(drift['data'])} samples, every op output a runtime exposes against "
+             f"On {drift['samples']} {md.text(drift['data'])} samples, every op output a runtime exposes against "
              "edgeconv's "
              "NumPy reference of TFLite's reference kernels (`edgeconv reference`), in LSBs of the tensor's "
              "quantization.", ""]
-    lines += [f"- {_esc(line.removeprefix('drift: '))}" for line in drift_lines(drift)]
+    lines += [f"- {md.text(line.removeprefix('drift: '))}" for line in drift_lines(drift)]
     rows = [(kind, d) for kind, r in drift["runtimes"].items() for d in r.get("ops", [])]
     if rows:
         lines += ["", "| runtime | op | tensor | max LSB | values that differ |", "|---|---|---|---|---|"]
-        lines += [f"| {_esc(kind)} | #{d['op']} {_esc(d['type'])} | {_esc(d['tensor'])} | {d['max_lsb']} | "
+        lines += [f"| {md.text(kind)} | #{d['op']} {md.text(d['type'])} | {md.text(d['tensor'])} | {d['max_lsb']} | "
                   f"{d['differ']:.2%} |" for kind, d in rows]
     return [*lines, ""]
 
