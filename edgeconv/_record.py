@@ -21,6 +21,7 @@ itself is kept. Not supported (refused): ``InitVar`` pseudo-fields, ``__post_ini
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 import reprlib
 from collections.abc import Callable
@@ -53,12 +54,7 @@ def _init(cls: type, fields: list[dataclasses.Field[Any]]) -> Callable[..., None
     4 ms of ``edgeconv check`` for its 17 records, and most records are never called that way. So a wrong
     call fails with Python's own message for that ``__init__``; ``inspect.signature(cls)`` is the
     dataclass's all the same (:class:`_Signature`)."""
-    made: list[Callable[..., None]] = []
-
-    def compiled() -> Callable[..., None]:
-        if not made:
-            made.append(_compiled_init(cls, fields))
-        return made[0]
+    compiled = functools.cache(lambda: _compiled_init(cls, fields))
 
     if "__slots__" in cls.__dict__:  # no instance __dict__ to fill
         return _compiled_init(cls, fields)

@@ -129,8 +129,7 @@ def _too_large(op: OpInfo) -> str | None:
     for t in (t for t in op.outputs if t is not None):
         size = tensor_bytes(t)  # as the arena estimate counts it
         if size > MAX_TENSOR_BYTES:
-            values = int(np.prod(t.shape, dtype=object))
-            return (f"op #{op.index} {op.type}: its output '{t.name}' {list(t.shape)} holds {values:,} values "
+            return (f"op #{op.index} {op.type}: its output '{t.name}' {list(t.shape)} holds {t.elements:,} values "
                     f"({size / 1024**3:,.1f} GiB); the reference computes tensors of at most "
                     f"{MAX_TENSOR_BYTES // 1024**3} GiB")
     return None
